@@ -1,0 +1,120 @@
+"""Samplers whose order is a pure function of (seed, epoch), so a resumed run sees the same data.
+
+Lightning calls ``set_epoch`` on ``loader.sampler`` and ``loader.batch_sampler.sampler`` at the start
+of every epoch (also after a restore), which is all the state these samplers have.
+"""
+
+from collections.abc import Callable, Iterator, Sequence
+
+import torch
+from torch.utils.data import Sampler
+
+_MASK64 = (1 << 64) - 1
+
+
+def mix(*values: int) -> int:
+    """Hash integers to a 63-bit seed (splitmix64 finaliser), stable across processes and runs.
+
+    Python's ``hash`` is salted per process for str and not designed for seeds; this is not.
+    """
+    h = 0x9E3779B97F4A7C15
+    for v in values:
+        h = (h ^ (v & _MASK64)) * 0xBF58476D1CE4E5B9 & _MASK64
+        h = (h ^ (h >> 31)) * 0x94D049BB133111EB & _MASK64
+        h ^= h >> 29
+    return h >> 1  # torch.Generator.manual_seed wants a value that fits int64
+
+
+def generator(*values: int) -> torch.Generator:
+    """A CPU generator seeded from ``mix(*values)``."""
+    return torch.Generator().manual_seed(mix(*values))
+
+
+class EpochSampler(Sampler[int]):
+    """Indices ``0..n-1``, shuffled by ``(seed, epoch)`` or in order.
+
+    Args:
+        num_samples: dataset length.
+        seed: run seed.
+        shuffle: permute each epoch; in order otherwise.
+    """
+
+    def __init__(self, num_samples: int, seed: int, shuffle: bool = True) -> None:
+        self.num_samples, self.seed, self.shuffle, self.epoch = num_samples, seed, shuffle, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __iter__(self) -> Iterator[int]:
+        if not self.shuffle:
+            return iter(range(self.num_samples))
+        return iter(torch.randperm(self.num_samples, generator=generator(self.seed, self.epoch)).tolist())
+
+
+class GlobalIndexSampler(Sampler[int]):
+    """Global sample indices ``epoch * n .. epoch * n + n - 1`` for datasets that draw sample i from i.
+
+    With a dataset whose item i is a pure function of (seed, i), epoch e sees fresh samples and the
+    same ones after a restart.
+
+    Args:
+        num_samples: samples per epoch.
+    """
+
+    def __init__(self, num_samples: int) -> None:
+        self.num_samples, self.epoch = num_samples, 0
+
+    def set_epoch(self, epoch: int) -> None:
+        self.epoch = epoch
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __iter__(self) -> Iterator[int]:
+        start = self.epoch * self.num_samples
+        return iter(range(start, start + self.num_samples))
+
+
+class BucketBatchSampler(Sampler[list[int]]):
+    """Batches of similar length, deterministic in (seed, epoch).
+
+    Each epoch: take the ``sampler``'s permutation, cut it into chunks of ``chunk_batches``
+    batches, sort each chunk by length (less padding), cut it into batches, then shuffle the batch
+    order so lengths do not rise and fall in a pattern the optimiser could feel.
+
+    Args:
+        sampler: an :class:`EpochSampler`; kept as ``.sampler`` so Lightning sets its epoch.
+        lengths: length of every example (indexable by dataset index).
+        batch_size: examples per batch; the last batch of a chunk may be smaller.
+        chunk_batches: batches per sorting chunk.
+    """
+
+    def __init__(
+        self, sampler: EpochSampler, lengths: Sequence[int], batch_size: int, chunk_batches: int = 100
+    ) -> None:
+        self.sampler, self.lengths = sampler, lengths
+        self.batch_size, self.chunk_batches = batch_size, chunk_batches
+
+    def _batches(self) -> list[list[int]]:
+        order = list(self.sampler)
+        chunk = self.batch_size * self.chunk_batches
+        key: Callable[[int], int] = self.lengths.__getitem__
+        batches = []
+        for c in range(0, len(order), chunk):
+            sorted_chunk = sorted(order[c : c + chunk], key=key)  # stable: ties keep the random order
+            batches += [sorted_chunk[b : b + self.batch_size] for b in range(0, len(sorted_chunk), self.batch_size)]
+        # a stream distinct from the permutation's (same seed and epoch, extra tag)
+        perm = torch.randperm(len(batches), generator=generator(self.sampler.seed, self.sampler.epoch, 1))
+        return [batches[i] for i in perm.tolist()]
+
+    def __len__(self) -> int:
+        chunk = self.batch_size * self.chunk_batches
+        n = len(self.sampler)
+        full, rest = divmod(n, chunk)
+        return full * self.chunk_batches + -(-rest // self.batch_size)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return iter(self._batches())

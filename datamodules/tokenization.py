@@ -1,0 +1,156 @@
+"""Tokenizers behind one small protocol, fitted on training text only.
+
+Every tokenizer reserves the same special ids: ``<pad>``=0, ``<mask>``=1, ``<bos>``=2, ``<eos>``=3,
+``<unk>``=4, so models and losses can rely on them whatever the tokenizer.
+"""
+
+from collections.abc import Iterable, Sequence
+from typing import Literal, Protocol, Self, get_args
+
+from tokenizers import Tokenizer as HFTokenizer
+from tokenizers import decoders, models, pre_tokenizers, trainers
+
+SPECIAL_TOKENS = ("<pad>", "<mask>", "<bos>", "<eos>", "<unk>")
+PAD_ID, MASK_ID, BOS_ID, EOS_ID, UNK_ID = range(len(SPECIAL_TOKENS))
+
+
+class Tokenizer(Protocol):
+    """What DataModules and models need from a tokenizer."""
+
+    @property
+    def vocab_size(self) -> int: ...
+
+    pad_id: int
+    mask_id: int
+    bos_id: int
+    eos_id: int
+    special_ids: list[int]
+
+    def encode(self, text: str) -> list[int]: ...
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]: ...
+
+    def decode(self, ids: Sequence[int]) -> str:
+        """Text of ``ids``, special tokens skipped."""
+        ...
+
+
+class _Specials:
+    """The shared special ids, as attributes."""
+
+    pad_id, mask_id, bos_id, eos_id, unk_id = PAD_ID, MASK_ID, BOS_ID, EOS_ID, UNK_ID
+    special_ids = list(range(len(SPECIAL_TOKENS)))
+
+
+class _SymbolTokenizer(_Specials):
+    """A fixed vocabulary of symbols (characters or words) after the specials; unknown → ``<unk>``.
+
+    Args:
+        symbols: the vocabulary, in id order; ids start after the special tokens.
+    """
+
+    sep = ""  # what joins symbols back into text
+
+    def __init__(self, symbols: Iterable[str]) -> None:
+        self.itos = list(SPECIAL_TOKENS) + list(symbols)
+        self.stoi = {s: i for i, s in enumerate(self.itos)}
+
+    @staticmethod
+    def split(text: str) -> list[str]:
+        raise NotImplementedError
+
+    @classmethod
+    def fit(cls, texts: Sequence[str], vocab_size: int = 0) -> Self:
+        """Vocabulary = every symbol of ``texts``, sorted (``vocab_size`` is ignored: it is implied)."""
+        return cls(sorted({s for t in texts for s in cls.split(t)}))
+
+    @property
+    def vocab_size(self) -> int:
+        return len(self.itos)
+
+    def encode(self, text: str) -> list[int]:
+        get = self.stoi.get
+        return [get(s, UNK_ID) for s in self.split(text)]
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [self.encode(t) for t in texts]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        first = len(SPECIAL_TOKENS)
+        return self.sep.join(self.itos[i] for i in ids if i >= first)
+
+
+class CharTokenizer(_SymbolTokenizer):
+    """One token per character."""
+
+    sep = ""
+
+    @staticmethod
+    def split(text: str) -> list[str]:
+        return list(text)
+
+
+class WordTokenizer(_SymbolTokenizer):
+    """One token per whitespace-separated word (SCAN: commands and actions are words)."""
+
+    sep = " "
+
+    @staticmethod
+    def split(text: str) -> list[str]:
+        return text.split()
+
+
+class BPETokenizer(_Specials):
+    """Hugging Face byte-level BPE: any text encodes (no ``<unk>`` needed) and decodes exactly.
+
+    Args:
+        tokenizer: a trained ``tokenizers.Tokenizer`` whose first ids are :data:`SPECIAL_TOKENS`.
+    """
+
+    def __init__(self, tokenizer: HFTokenizer) -> None:
+        self.hf = tokenizer
+
+    @classmethod
+    def fit(cls, texts: Sequence[str], vocab_size: int = 1024) -> Self:
+        """Train on ``texts``; ``vocab_size`` counts the 256 byte tokens and the specials."""
+        alphabet = pre_tokenizers.ByteLevel.alphabet()
+        if vocab_size < len(alphabet) + len(SPECIAL_TOKENS):
+            raise ValueError(f"bpe vocab_size must be >= {len(alphabet) + len(SPECIAL_TOKENS)}, got {vocab_size}")
+        hf = HFTokenizer(models.BPE())
+        hf.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
+        hf.decoder = decoders.ByteLevel()
+        trainer = trainers.BpeTrainer(
+            vocab_size=vocab_size,
+            special_tokens=list(SPECIAL_TOKENS),  # first, so they get ids 0..4
+            initial_alphabet=alphabet,  # every byte, so unseen characters still encode
+            show_progress=False,
+        )
+        hf.train_from_iterator(texts, trainer)
+        return cls(hf)
+
+    @property
+    def vocab_size(self) -> int:
+        return self.hf.get_vocab_size()
+
+    def encode(self, text: str) -> list[int]:
+        return self.hf.encode(text).ids
+
+    def encode_batch(self, texts: Sequence[str]) -> list[list[int]]:
+        return [e.ids for e in self.hf.encode_batch(list(texts))]
+
+    def decode(self, ids: Sequence[int]) -> str:
+        return self.hf.decode(list(ids), skip_special_tokens=True)
+
+
+TokenizerName = Literal["char", "word", "bpe"]
+TOKENIZERS: dict[TokenizerName, type[CharTokenizer | WordTokenizer | BPETokenizer]] = {
+    "char": CharTokenizer,
+    "word": WordTokenizer,
+    "bpe": BPETokenizer,
+}
+assert set(TOKENIZERS) == set(get_args(TokenizerName))
+
+
+def build_tokenizer(name: TokenizerName, texts: Sequence[str], vocab_size: int) -> Tokenizer:
+    """Fit the tokenizer ``name`` on ``texts`` (``vocab_size`` is used by BPE only)."""
+    return TOKENIZERS[name].fit(texts, vocab_size)

@@ -1,0 +1,65 @@
+"""What the four models share: token embeddings, initialisation, parameter and FLOP counts."""
+
+from __future__ import annotations
+
+import math
+
+from torch import Tensor, nn
+
+from .config import ArchConfig
+
+
+class TokenEmbedding(nn.Embedding):
+    """Token lookup times `cfg.embed_scale` (sqrt(d_model) for sinusoidal, as in Vaswani et al.)."""
+
+    def __init__(self, cfg: ArchConfig):
+        super().__init__(cfg.vocab_size, cfg.d_model)
+        self.scale = cfg.embed_scale
+
+    def forward(self, ids: Tensor) -> Tensor:
+        x = super().forward(ids)
+        return x * self.scale if self.scale != 1.0 else x
+
+
+class TransformerModel(nn.Module):
+    """Base of the four models: init, parameter counts and forward FLOPs."""
+
+    cfg: ArchConfig
+    causal: bool = False
+
+    def init_weights(self) -> None:
+        """Normal(0, init_std) for matrices and embeddings, zero biases, unit norms; GPT-2's
+        scaled init (std / sqrt(2·n_layers)) on the projections that write to the residual."""
+        std = self.cfg.init_std
+        residual_std = std / math.sqrt(2 * self.cfg.n_layers) if self.cfg.scaled_residual_init else std
+        for name, module in self.named_modules():
+            if isinstance(module, (nn.Linear, nn.Embedding)):
+                is_residual = name.endswith((".out", ".down"))
+                nn.init.normal_(module.weight, std=residual_std if is_residual else std)
+            if isinstance(module, nn.Linear) and module.bias is not None:
+                nn.init.zeros_(module.bias)
+
+    def _embedding_parameters(self) -> set[int]:
+        """Lookup tables: token embeddings, learned positions, relative-bias tables."""
+        return {id(m.weight) for m in self.modules() if isinstance(m, nn.Embedding)}
+
+    def num_parameters(self, non_embedding: bool = False) -> int:
+        """Unique parameters (tied matrices once); `non_embedding` leaves out lookup tables."""
+        skip = self._embedding_parameters() if non_embedding else set()
+        return sum(p.numel() for p in self.parameters() if id(p) not in skip)
+
+    def _matmul_parameters(self) -> int:
+        """Weights used in matmuls per token: every Linear's weight (incl. a tied output head)."""
+        return sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
+
+    def flops_per_token(self, seq_len: int, include_attention: bool = True) -> float:
+        """Forward FLOPs per token: 2·N_matmul, plus 4·T·d per layer for QKᵀ and AV
+        (halved for causal attention, which only sees the past). Training ≈ 3× this."""
+        flops = 2.0 * self._matmul_parameters()
+        if include_attention:
+            attn = 4.0 * seq_len * self.cfg.n_heads * self.cfg.head_dim * self._attention_layers()
+            flops += attn / 2 if self.causal else attn
+        return flops
+
+    def _attention_layers(self) -> int:
+        return self.cfg.n_layers

@@ -1,0 +1,142 @@
+"""One block class for every model, and the stack that runs blocks under a positional scheme."""
+
+from __future__ import annotations
+
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+from .attention import Attention, KVCache
+from .config import ArchConfig
+from .ffn import FeedForward
+from .norms import build_norm
+from .positional import PositionalScheme, build_positional
+
+
+class Block(nn.Module):
+    """Self-attention, optional cross-attention, FFN; each a residual branch with its own norm.
+
+    Placement is data: `pre` is x + f(norm(x)) (the stack adds a final norm), `post` is the
+    original norm(x + f(x)) of Vaswani et al.
+    """
+
+    def __init__(self, cfg: ArchConfig, cross_attention: bool = False):
+        super().__init__()
+        self.pre_norm = cfg.norm_placement == "pre"
+        self.attn, self.attn_norm = Attention(cfg), build_norm(cfg)
+        self.cross = Attention(cfg, cross=True) if cross_attention else None
+        self.cross_norm = build_norm(cfg) if cross_attention else None
+        self.ffn, self.ffn_norm = FeedForward(cfg), build_norm(cfg)
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def _residual(self, x: Tensor, f: Callable[[Tensor], Tensor], norm: nn.Module) -> Tensor:
+        if self.pre_norm:
+            return x + self.drop(f(norm(x)))
+        return norm(x + self.drop(f(x)))
+
+    def forward(self, x: Tensor, ctx: "StackContext", layer: int) -> Tensor:
+        x = self._residual(x, lambda h: self.attn(h, **ctx.self_kwargs(layer)), self.attn_norm)
+        if self.cross is not None:
+            x = self._residual(x, lambda h: self.cross(h, **ctx.cross_kwargs(layer)), self.cross_norm)
+        return self._residual(x, self.ffn, self.ffn_norm)
+
+
+class StackContext:
+    """What every layer of one forward shares: masks, rotary tables, memory and caches."""
+
+    def __init__(self, *, mask, is_causal, rope, offset, memory, memory_mask, cache):
+        self.mask, self.is_causal, self.rope, self.offset = mask, is_causal, rope, offset
+        self.memory, self.memory_mask, self.cache = memory, memory_mask, cache
+
+    def self_kwargs(self, layer: int) -> dict:
+        cache = self.cache.self_attn[layer] if self.cache is not None else None
+        return dict(mask=self.mask, is_causal=self.is_causal, rope=self.rope, cache=cache, offset=self.offset)
+
+    def cross_kwargs(self, layer: int) -> dict:
+        cache = self.cache.cross_attn[layer] if self.cache is not None else None
+        return dict(mask=self.memory_mask, memory=self.memory, cache=cache)
+
+
+def padding_bias(attention_mask: Tensor | None, dtype: torch.dtype) -> Tensor | None:
+    """(B, S) with 1 = token, 0 = padding -> additive (B, 1, 1, S) bias."""
+    if attention_mask is None:
+        return None
+    bias = torch.zeros(attention_mask.shape, dtype=dtype, device=attention_mask.device)
+    return bias.masked_fill(attention_mask == 0, float("-inf"))[:, None, None, :]
+
+
+class TransformerStack(nn.Module):
+    """Encoder (bidirectional), decoder (causal) or cross-attending decoder over embedded inputs.
+
+    Args:
+        cfg: architecture.
+        causal: causal self-attention.
+        cross_attention: blocks also attend to an encoder's output.
+        positional: a scheme to use instead of the one `cfg.pos_encoding` names (ViT's 2-D tables).
+        final_norm: end with a norm under pre-norm placement (ViT applies its own after pooling).
+    """
+
+    def __init__(
+        self,
+        cfg: ArchConfig,
+        causal: bool,
+        cross_attention: bool = False,
+        positional: PositionalScheme | None = None,
+        final_norm: bool = True,
+    ):
+        super().__init__()
+        self.causal = causal
+        self.pos = positional if positional is not None else build_positional(cfg, causal)
+        self.embed_norm = build_norm(cfg) if cfg.embedding_norm else nn.Identity()
+        self.drop = nn.Dropout(cfg.dropout)
+        self.blocks = nn.ModuleList(Block(cfg, cross_attention) for _ in range(cfg.n_layers))
+        self.final_norm = build_norm(cfg) if final_norm and cfg.norm_placement == "pre" else nn.Identity()
+
+    def new_cache(self, max_len: int) -> KVCache:
+        return KVCache(len(self.blocks), max_len)
+
+    def _self_mask(self, T: int, offset: int, attention_mask: Tensor | None, x: Tensor) -> tuple[Tensor | None, bool]:
+        """Returns (mask, is_causal). With no bias and no padding, SDPA's causal flag is used and
+        no T×T mask is built, so the fused kernels run."""
+        bias = self.pos.score_bias(T, offset + T, offset)
+        pad = padding_bias(attention_mask, x.dtype)
+        causal_rows = self.causal and T > 1
+        if bias is None and pad is None and (offset == 0 or not causal_rows):
+            return None, causal_rows
+        mask = bias.to(x.dtype)[None] if bias is not None else None
+        if pad is not None:
+            mask = pad if mask is None else mask + pad
+        if causal_rows:
+            visible = torch.ones(T, offset + T, dtype=torch.bool, device=x.device).tril(offset)
+            mask = visible if mask is None else mask.masked_fill(~visible, float("-inf"))
+        return mask, False
+
+    def forward(
+        self,
+        x: Tensor,
+        attention_mask: Tensor | None = None,
+        memory: Tensor | None = None,
+        memory_mask: Tensor | None = None,
+        cache: KVCache | None = None,
+    ) -> Tensor:
+        """x: (B, T, d) embedded inputs; attention_mask: (B, T) 1 = token; memory: (B, S, d)
+        encoder output for cross-attention with memory_mask (B, S); cache: decoding state."""
+        T = x.shape[1]
+        offset = cache.length if cache is not None else 0
+        x = self.drop(self.embed_norm(self.pos.embed(x, offset)))
+        mask, is_causal = self._self_mask(T, offset, attention_mask, x)
+        ctx = StackContext(
+            mask=mask,
+            is_causal=is_causal,
+            rope=self.pos.rotary(T, offset),
+            offset=offset,
+            memory=memory,
+            memory_mask=padding_bias(memory_mask, x.dtype),
+            cache=cache,
+        )
+        for layer, block in enumerate(self.blocks):
+            x = block(x, ctx, layer)
+        if cache is not None:
+            cache.length += T
+        return self.final_norm(x)

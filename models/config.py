@@ -1,0 +1,149 @@
+"""The one typed architecture config: every ablation axis is a `Literal` field.
+
+Importable without torch so the CLI can validate flags before building anything.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Literal, get_args
+
+PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "t5", "none"]
+NormName = Literal["layernorm", "rmsnorm"]
+NormPlacement = Literal["pre", "post"]
+Activation = Literal["relu", "gelu", "swiglu", "geglu"]
+GeluApproximation = Literal["none", "tanh"]
+
+GATED_ACTIVATIONS = ("swiglu", "geglu")
+
+
+def _choices(literal) -> str:
+    return ", ".join(repr(c) for c in get_args(literal))
+
+
+def default_d_ff(d_model: int, activation: str) -> int:
+    """Hidden width of the FFN when `d_ff` is not given.
+
+    Plain FFNs use 4·d. Gated FFNs have three matrices instead of two, so they use 8/3·d rounded
+    up to a multiple of 64 (Shazeer 2020; Llama) to keep the parameter count comparable:
+    2·d·4d = 8d² for plain, 3·d·(8/3)d = 8d² for gated.
+    """
+    if activation in GATED_ACTIVATIONS:
+        return -(-int(8 * d_model / 3) // 64) * 64
+    return 4 * d_model
+
+
+@dataclass(frozen=True)
+class ArchConfig:
+    """Architecture of every model in the suite.
+
+    Args:
+        vocab_size: token vocabulary (linked from the data at run time; unused by ViT).
+        d_model: residual stream width.
+        n_layers: number of blocks (per stack for the encoder-decoder).
+        n_heads: query heads.
+        n_kv_heads: key/value heads (GQA/MQA); `None` means `n_heads` (MHA).
+        d_ff: FFN hidden width; `None` picks `default_d_ff(d_model, activation)`.
+        max_seq_len: longest sequence for `learned` positions (and the size of cached tables).
+        pos_encoding: positional scheme (ablation axis).
+        norm: normalisation layer (ablation axis).
+        norm_placement: `pre` (x + f(norm(x)), final norm) or `post` (norm(x + f(x))).
+        activation: FFN activation (ablation axis).
+        dropout: dropout on embeddings, attention weights and residual branches.
+        rope_base: RoPE frequency base θ.
+        rope_fraction: fraction of each head's dims that are rotated (GPT-NeoX partial rotary).
+        t5_num_buckets: relative-position buckets of the T5 bias.
+        t5_max_distance: distance beyond which T5 buckets saturate.
+        bias: biases in linear layers and norms.
+        norm_eps: epsilon of every norm.
+        embedding_norm: a norm right after the embeddings (BERT, BLOOM).
+        tie_embeddings: output projection shares the token embedding matrix.
+        attn_scale: score scale; `None` means 1/sqrt(head_dim) (T5 uses 1.0).
+        gelu_approximate: GELU's tanh approximation (GPT-2, BLOOM, T5 v1.1) or exact.
+        scale_embeddings: multiply token embeddings by sqrt(d_model); `None` means "as the
+            scheme's authors did": on for `sinusoidal` (Vaswani et al. 2017), off otherwise.
+        init_std: std of the normal init of weights.
+        scaled_residual_init: GPT-2 init: residual output projections get std
+            init_std/sqrt(2·n_layers).
+    """
+
+    vocab_size: int = 256
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    n_kv_heads: int | None = None
+    d_ff: int | None = None
+    max_seq_len: int = 256
+    pos_encoding: PosEncoding = "learned"
+    norm: NormName = "layernorm"
+    norm_placement: NormPlacement = "pre"
+    activation: Activation = "gelu"
+    dropout: float = 0.0
+    rope_base: float = 10000.0
+    rope_fraction: float = 1.0
+    t5_num_buckets: int = 32
+    t5_max_distance: int = 128
+    bias: bool = True
+    norm_eps: float = 1e-5
+    embedding_norm: bool = False
+    tie_embeddings: bool = True
+    attn_scale: float | None = None
+    gelu_approximate: GeluApproximation = "none"
+    scale_embeddings: bool | None = None
+    init_std: float = 0.02
+    scaled_residual_init: bool = True
+
+    def __post_init__(self) -> None:
+        for name, literal in (
+            ("pos_encoding", PosEncoding),
+            ("norm", NormName),
+            ("norm_placement", NormPlacement),
+            ("activation", Activation),
+            ("gelu_approximate", GeluApproximation),
+        ):
+            value = getattr(self, name)
+            if value not in get_args(literal):
+                raise ValueError(f"{name}={value!r} is not valid; choose one of {_choices(literal)}")
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
+        if self.d_model % self.n_heads:
+            raise ValueError(
+                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
+                f"choose n_heads among the divisors of d_model"
+            )
+        if self.n_heads % self.kv_heads:
+            raise ValueError(
+                f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}; "
+                f"choose n_kv_heads among the divisors of n_heads"
+            )
+        if not 0.0 < self.rope_fraction <= 1.0:
+            raise ValueError(f"rope_fraction={self.rope_fraction} must be in (0, 1]")
+        if self.pos_encoding == "rope" and self.rotary_dim % 2:
+            raise ValueError(
+                f"pos_encoding='rope' needs an even rotary dim, got head_dim*rope_fraction="
+                f"{self.rotary_dim}; change d_model, n_heads or rope_fraction"
+            )
+        if not 0.0 <= self.dropout < 1.0:
+            raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
+
+    @property
+    def head_dim(self) -> int:
+        return self.d_model // self.n_heads
+
+    @property
+    def kv_heads(self) -> int:
+        return self.n_kv_heads or self.n_heads
+
+    @property
+    def ffn_dim(self) -> int:
+        return self.d_ff or default_d_ff(self.d_model, self.activation)
+
+    @property
+    def rotary_dim(self) -> int:
+        return int(self.head_dim * self.rope_fraction)
+
+    @property
+    def embed_scale(self) -> float:
+        scale = self.pos_encoding == "sinusoidal" if self.scale_embeddings is None else self.scale_embeddings
+        return self.d_model**0.5 if scale else 1.0

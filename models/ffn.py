@@ -1,0 +1,41 @@
+"""Position-wise feed-forward networks keyed by the `activation` axis."""
+
+from __future__ import annotations
+
+from functools import partial
+
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .config import GATED_ACTIVATIONS, Activation, ArchConfig
+
+
+def _activations(cfg: ArchConfig) -> dict[Activation, callable]:
+    gelu = partial(F.gelu, approximate=cfg.gelu_approximate)
+    return {"relu": F.relu, "gelu": gelu, "swiglu": F.silu, "geglu": gelu}
+
+
+class FeedForward(nn.Module):
+    """down(act(up(x))), or down(act(gate(x)) * up(x)) for GLU variants (Shazeer 2020).
+
+    The gate and up projections of GLU variants are one fused matrix (`up`, 2·d_ff outputs,
+    gate first) so each layer runs two GEMMs whether gated or not.
+    """
+
+    def __init__(self, cfg: ArchConfig):
+        super().__init__()
+        self.gated = cfg.activation in GATED_ACTIVATIONS
+        hidden = cfg.ffn_dim
+        self.up = nn.Linear(cfg.d_model, 2 * hidden if self.gated else hidden, bias=cfg.bias)
+        self.down = nn.Linear(hidden, cfg.d_model, bias=cfg.bias)
+        self.act = _activations(cfg)[cfg.activation]
+        self.drop = nn.Dropout(cfg.dropout)
+
+    def forward(self, x: Tensor) -> Tensor:
+        h = self.up(x)
+        if self.gated:
+            gate, up = h.chunk(2, dim=-1)
+            h = self.act(gate) * up
+        else:
+            h = self.act(h)
+        return self.down(self.drop(h))

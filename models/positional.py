@@ -1,0 +1,207 @@
+"""Positional schemes behind one interface, so attention never branches on a scheme's name.
+
+A stack asks its scheme three questions once per forward, and hands the answers to every layer:
+  embed(x, offset)                 -> x with positions added        (sinusoidal, learned)
+  rotary(length, offset)           -> (cos, sin) to rotate q and k   (rope)
+  score_bias(q_len, k_len, offset) -> (H, q_len, k_len) score bias   (alibi, t5)
+`offset` is the number of positions already in the KV cache.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Callable
+
+import torch
+from torch import Tensor, nn
+
+from .config import ArchConfig, PosEncoding
+
+
+class PositionalScheme(nn.Module):
+    """No positional information (NoPE); the other schemes override one method each."""
+
+    def embed(self, x: Tensor, offset: int = 0) -> Tensor:
+        return x
+
+    def rotary(self, length: int, offset: int = 0) -> tuple[Tensor, Tensor] | None:
+        return None
+
+    def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> Tensor | None:
+        return None
+
+
+def sinusoidal_table(length: int, dim: int) -> Tensor:
+    """Vaswani et al. 2017: PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(same)."""
+    position = torch.arange(length, dtype=torch.float32)[:, None]
+    inv_freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
+    table = torch.zeros(length, dim)
+    table[:, 0::2] = torch.sin(position * inv_freq)
+    table[:, 1::2] = torch.cos(position * inv_freq[: dim // 2])
+    return table
+
+
+class SinusoidalPositions(PositionalScheme):
+    def __init__(self, cfg: ArchConfig, causal: bool):
+        super().__init__()
+        self.dim = cfg.d_model
+        self.register_buffer("table", sinusoidal_table(cfg.max_seq_len, cfg.d_model), persistent=False)
+
+    def embed(self, x: Tensor, offset: int = 0) -> Tensor:
+        end = offset + x.shape[1]
+        if end > self.table.shape[0]:  # fixed function: extend for extrapolation
+            self.table = sinusoidal_table(2 * end, self.dim).to(self.table)
+        return x + self.table[offset:end]
+
+
+class LearnedPositions(PositionalScheme):
+    def __init__(self, cfg: ArchConfig, causal: bool, length: int | None = None):
+        super().__init__()
+        self.table = nn.Embedding(length or cfg.max_seq_len, cfg.d_model)
+
+    def embed(self, x: Tensor, offset: int = 0) -> Tensor:
+        end = offset + x.shape[1]
+        if end > self.table.num_embeddings:
+            raise ValueError(
+                f"sequence of {end} positions is longer than max_seq_len={self.table.num_embeddings} "
+                f"of pos_encoding='learned'; raise max_seq_len or use a relative scheme"
+            )
+        return x + self.table.weight[offset:end]
+
+
+class RotaryPositions(PositionalScheme):
+    """RoPE (Su et al.), rotate-half layout as in Llama/GPT-NeoX, on the first rotary_dim dims."""
+
+    def __init__(self, cfg: ArchConfig, causal: bool):
+        super().__init__()
+        self.base, self.dim = cfg.rope_base, cfg.rotary_dim
+        self._cache: tuple[int, Tensor, Tensor] | None = None
+        self._grow(cfg.max_seq_len)
+
+    def _grow(self, length: int, device=None) -> None:
+        inv_freq = 1.0 / self.base ** (torch.arange(0, self.dim, 2, dtype=torch.float32, device=device) / self.dim)
+        angles = torch.outer(torch.arange(length, dtype=torch.float32, device=device), inv_freq)
+        angles = torch.cat((angles, angles), dim=-1)  # (T, rotary_dim)
+        self._cache = (length, angles.cos(), angles.sin())
+
+    def rotary(self, length: int, offset: int = 0) -> tuple[Tensor, Tensor]:
+        end = offset + length
+        if end > self._cache[0]:
+            self._grow(2 * end, self._cache[1].device)
+        return self._cache[1][offset:end], self._cache[2][offset:end]
+
+    def _apply(self, fn: Callable, recurse: bool = True):  # keep the table cache on the module's device
+        super()._apply(fn, recurse)
+        if self._cache is not None:
+            self._cache = (self._cache[0], fn(self._cache[1]), fn(self._cache[2]))
+        return self
+
+
+def apply_rotary(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate (B, H, T, head_dim) by (T, rotary_dim) tables; dims past rotary_dim pass through."""
+    rot = cos.shape[-1]
+    x_rot = x[..., :rot] if rot < x.shape[-1] else x
+    half = rot // 2
+    rotated = torch.cat((-x_rot[..., half:], x_rot[..., :half]), dim=-1)
+    out = x_rot * cos + rotated * sin
+    return out if rot == x.shape[-1] else torch.cat((out, x[..., rot:]), dim=-1)
+
+
+def alibi_slopes(n_heads: int) -> Tensor:
+    """Press et al. 2022: geometric slopes starting at 2^(-8/n); for n not a power of two, the
+    slopes of the closest smaller power of two followed by every other slope of twice that."""
+
+    def power_of_two_slopes(n: int) -> list[float]:
+        start = 2 ** (-8 / n)
+        return [start ** (i + 1) for i in range(n)]
+
+    closest = 2 ** math.floor(math.log2(n_heads))
+    slopes = power_of_two_slopes(closest)
+    if closest < n_heads:
+        slopes += power_of_two_slopes(2 * closest)[0::2][: n_heads - closest]
+    return torch.tensor(slopes)
+
+
+class _CachedBias(PositionalScheme):
+    """Caches the last relative-distance tensor per (q_len, k_len, offset): one bias per forward."""
+
+    def __init__(self, causal: bool):
+        super().__init__()
+        self.causal = causal
+        self._key: tuple | None = None
+        self._value: Tensor | None = None
+
+    def _cached(self, key: tuple, make: Callable[[], Tensor]) -> Tensor:
+        if key != self._key:
+            self._key, self._value = key, make()
+        return self._value
+
+    @staticmethod
+    def relative_positions(q_len: int, k_len: int, offset: int, device) -> Tensor:
+        """memory_position - query_position, shape (q_len, k_len)."""
+        q = torch.arange(offset, offset + q_len, device=device)[:, None]
+        return torch.arange(k_len, device=device)[None, :] - q
+
+
+class AlibiBias(_CachedBias):
+    def __init__(self, cfg: ArchConfig, causal: bool):
+        super().__init__(causal)
+        self.register_buffer("slopes", alibi_slopes(cfg.n_heads), persistent=False)
+
+    def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> Tensor:
+        def make() -> Tensor:
+            # causal: -m·(i-j) on the visible keys; bidirectional: -m·|i-j| (symmetric ALiBi)
+            distance = self.relative_positions(q_len, k_len, offset, self.slopes.device).abs().float()
+            return -self.slopes[:, None, None] * distance
+
+        return self._cached((q_len, k_len, offset, self.slopes.device), make)
+
+
+def t5_relative_bucket(relative_position: Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:
+    """T5's bucketing of (memory - query) distances: exact below num_buckets/2 (per direction),
+    logarithmic up to max_distance, saturating beyond. Causal decoders bucket only the past."""
+    buckets = torch.zeros_like(relative_position)
+    if bidirectional:
+        num_buckets //= 2
+        buckets = buckets + (relative_position > 0).long() * num_buckets
+        distance = relative_position.abs()
+    else:
+        distance = (-relative_position).clamp(min=0)
+    max_exact = num_buckets // 2
+    log_ratio = torch.log(distance.float() / max_exact) / math.log(max_distance / max_exact)
+    large = (max_exact + (log_ratio * (num_buckets - max_exact)).long()).clamp(max=num_buckets - 1)
+    return buckets + torch.where(distance < max_exact, distance, large)
+
+
+class T5RelativeBias(_CachedBias):
+    """A learned scalar per (bucket, head), computed once per forward and shared by all layers."""
+
+    def __init__(self, cfg: ArchConfig, causal: bool):
+        super().__init__(causal)
+        self.num_buckets, self.max_distance = cfg.t5_num_buckets, cfg.t5_max_distance
+        self.bias = nn.Embedding(cfg.t5_num_buckets, cfg.n_heads)
+
+    def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> Tensor:
+        device = self.bias.weight.device
+
+        def make() -> Tensor:
+            rel = self.relative_positions(q_len, k_len, offset, device)
+            return t5_relative_bucket(rel, not self.causal, self.num_buckets, self.max_distance)
+
+        buckets = self._cached((q_len, k_len, offset, device), make)
+        return self.bias(buckets).permute(2, 0, 1)  # (H, q_len, k_len)
+
+
+POSITIONAL: dict[PosEncoding, type[PositionalScheme]] = {
+    "none": PositionalScheme,
+    "sinusoidal": SinusoidalPositions,
+    "learned": LearnedPositions,
+    "rope": RotaryPositions,
+    "alibi": AlibiBias,
+    "t5": T5RelativeBias,
+}
+
+
+def build_positional(cfg: ArchConfig, causal: bool) -> PositionalScheme:
+    scheme = POSITIONAL[cfg.pos_encoding]
+    return scheme() if scheme is PositionalScheme else scheme(cfg, causal)
