@@ -1,0 +1,87 @@
+"""The suite's command line.
+
+    python cli.py fit -c configs/gpt/tiny.yaml --model.arch.pos_encoding alibi
+    python cli.py {fit,validate,test,predict} ...      LightningCLI (subclass mode for model and data)
+    python cli.py sweep SPEC.yaml [--out DIR] [--jobs N] [--dry-run] [--retry-failed]
+    python cli.py report DIR
+    python cli.py bench [--smoke]
+"""
+
+from __future__ import annotations
+
+import sys
+from typing import Any
+
+import lightning.pytorch as pl
+from lightning.pytorch.cli import LightningCLI
+
+from lit_modules import DivergenceGuard, RunMetadata
+
+# Values a DataModule decides and a model needs; each is read if the DataModule has it.
+DATA_INFO_KEYS = (
+    "vocab_size",
+    "seq_len",
+    "max_len",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "mask_token_id",
+    "special_token_ids",
+    "num_classes",
+    "image_size",
+    "in_channels",
+)
+
+
+def describe_data(datamodule: pl.LightningDataModule) -> dict[str, Any]:
+    return {key: getattr(datamodule, key) for key in DATA_INFO_KEYS if hasattr(datamodule, key)}
+
+
+class SuiteCLI(LightningCLI):
+    def add_arguments_to_parser(self, parser) -> None:
+        # Linked when the DataModule is built (the vocabulary exists only then); the same link
+        # runs again when a saved config.yaml is re-run, so the run is reproduced exactly.
+        parser.link_arguments("data", "model.init_args.data_info", compute_fn=describe_data, apply_on="instantiate")
+        parser.add_lightning_class_args(DivergenceGuard, "divergence")
+        parser.add_lightning_class_args(RunMetadata, "run_metadata")
+
+
+def cli_main(args: list[str] | None = None, run: bool = True) -> SuiteCLI:
+    return SuiteCLI(
+        pl.LightningModule,
+        pl.LightningDataModule,
+        subclass_mode_model=True,
+        subclass_mode_data=True,
+        args=args,
+        run=run,
+        seed_everything_default=0,
+        save_config_kwargs={"overwrite": True},
+        auto_configure_optimizers=False,
+        trainer_defaults={
+            "logger": {
+                "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                "init_args": {"save_dir": "runs", "default_hp_metric": False},
+            },
+        },
+    )
+
+
+TOOLS = {
+    "sweep": "experiments.sweep",
+    "report": "experiments.report",
+    "bench": "experiments.bench",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    words = sys.argv[1:] if argv is None else argv
+    if words and words[0] in TOOLS:
+        import importlib
+
+        return importlib.import_module(TOOLS[words[0]]).main(words[1:])
+    cli_main(argv)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

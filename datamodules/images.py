@@ -1,0 +1,235 @@
+"""Image classification: scikit-learn's bundled digits (offline) and torchvision datasets."""
+
+import hashlib
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property
+from pathlib import Path
+from typing import Literal, get_args
+
+import lightning.pytorch as pl
+import numpy as np
+import torch
+from sklearn.model_selection import train_test_split
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset, default_collate
+from torchvision import datasets as tv_datasets
+from torchvision.transforms import v2
+
+from datamodules.download import DEFAULT_CACHE_DIR
+from datamodules.sampling import EpochSampler
+
+ImageDatasetName = Literal["digits", "cifar10", "mnist", "fashion_mnist"]
+
+
+@dataclass(frozen=True)
+class ImageArrays:
+    """Raw images as uint8 (N, C, H, W) with integer labels; ``test`` is None without an official split."""
+
+    train: tuple[Tensor, Tensor]
+    test: tuple[Tensor, Tensor] | None
+
+
+def _load_digits(data_dir: str | None, cache_dir: str) -> ImageArrays:
+    """scikit-learn's 1,797 8x8 digits, shipped inside its wheel; pixel values 0..16."""
+    from sklearn.datasets import load_digits
+
+    d = load_digits()
+    images = torch.from_numpy(d.images.astype(np.uint8)).unsqueeze(1)  # values are integers 0..16
+    return ImageArrays((images, torch.from_numpy(d.target).long()), None)
+
+
+def _torchvision(cls: type, name: str) -> Callable[[str | None, str], ImageArrays]:
+    """A loader for a torchvision dataset: ``data_dir`` as its root (no download) or ``cache_dir``."""
+
+    def load(data_dir: str | None, cache_dir: str) -> ImageArrays:
+        root = Path(data_dir or cache_dir).expanduser()
+        try:
+            splits = [cls(str(root), train=train, download=data_dir is None) for train in (True, False)]
+        except RuntimeError as e:  # torchvision's "Dataset not found" when download=False
+            raise FileNotFoundError(
+                f"{name} not found under data_dir {root} ({e}). Leave data_dir unset to download it into "
+                f"cache_dir, or run `torchvision.datasets.{cls.__name__}('{root}', download=True)`."
+            ) from e
+
+        def arrays(ds) -> tuple[Tensor, Tensor]:
+            x = torch.as_tensor(ds.data)
+            x = x.unsqueeze(1) if x.ndim == 3 else x.permute(0, 3, 1, 2)  # grey (N,H,W) / RGB (N,H,W,C)
+            return x.contiguous(), torch.as_tensor(ds.targets).long()
+
+        return ImageArrays(arrays(splits[0]), arrays(splits[1]))
+
+    return load
+
+
+@dataclass(frozen=True)
+class ImageSpec:
+    """What a model needs to know before any data is loaded, and how to load and normalise it."""
+
+    num_classes: int
+    image_size: int
+    in_channels: int
+    max_value: int  # raw pixel maximum: scales pixels to [0, 1]
+    mean: tuple[float, ...]  # per channel, after scaling
+    std: tuple[float, ...]
+    load: Callable[[str | None, str], ImageArrays]
+    augment: Callable[[], v2.Transform] | None = None  # train-time augmentation, when augment=True
+
+
+IMAGE_DATASETS: dict[ImageDatasetName, ImageSpec] = {
+    "digits": ImageSpec(10, 8, 1, 16, (0.3053,), (0.3760,), _load_digits),
+    "cifar10": ImageSpec(
+        10, 32, 3, 255, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616),
+        _torchvision(tv_datasets.CIFAR10, "cifar10"),
+        lambda: v2.Compose([v2.RandomCrop(32, padding=4), v2.RandomHorizontalFlip()]),
+    ),
+    "mnist": ImageSpec(10, 28, 1, 255, (0.1307,), (0.3081,), _torchvision(tv_datasets.MNIST, "mnist")),
+    "fashion_mnist": ImageSpec(
+        10, 28, 1, 255, (0.2860,), (0.3530,), _torchvision(tv_datasets.FashionMNIST, "fashion_mnist")
+    ),
+}
+assert set(IMAGE_DATASETS) == set(get_args(ImageDatasetName))
+
+DIGITS_TEST_FRACTION = 0.15  # digits has no official test split: a stratified one is held out
+
+
+class ImageTensors(Dataset[tuple[Tensor, int]]):
+    """uint8 images → normalised float (C, H, W), optionally augmented; items are (image, label).
+
+    Args:
+        images: uint8 (N, C, H, W).
+        labels: long (N,).
+        spec: the dataset's scale and normalisation.
+        transform: augmentation applied to the uint8 image first.
+    """
+
+    def __init__(self, images: Tensor, labels: Tensor, spec: ImageSpec, transform: v2.Transform | None = None) -> None:
+        self.images, self.labels, self.transform = images, labels, transform
+        self.scale = 1.0 / spec.max_value
+        self.mean = torch.tensor(spec.mean).view(-1, 1, 1)
+        self.std = torch.tensor(spec.std).view(-1, 1, 1)
+
+    def __len__(self) -> int:
+        return len(self.labels)
+
+    def __getitem__(self, i: int) -> tuple[Tensor, int]:
+        x = self.images[i]
+        if self.transform is not None:
+            x = self.transform(x)
+        return (x.float() * self.scale - self.mean) / self.std, int(self.labels[i])
+
+
+def collate_images(batch: Sequence[tuple[Tensor, int]]) -> dict[str, Tensor]:
+    """torchvision-style (image, label) tuples → ``{"images": (B, C, H, W), "labels": (B,)}``."""
+    images, labels = default_collate(batch)
+    return {"images": images, "labels": labels}
+
+
+def _stratified(labels: Tensor, indices: np.ndarray, size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
+    """Split ``indices`` into (rest, held out ``size``), class proportions kept."""
+    rest, held = train_test_split(indices, test_size=size, stratify=labels[indices].numpy(), random_state=seed)
+    return np.sort(rest), np.sort(held)
+
+
+class ImageDataModule(pl.LightningDataModule):
+    """Image classification; batches are ``{"images": FloatTensor(B, C, H, W), "labels": LongTensor(B)}``.
+
+    Validation is a seeded stratified ``val_fraction`` of the training data. ``digits`` has no
+    official test split, so a stratified 15% is held out as test first: 1,257 / 270 / 270 images by
+    default. torchvision datasets download into ``cache_dir`` unless ``data_dir`` is given.
+
+    Args:
+        dataset: ``digits`` (offline) or a torchvision dataset.
+        batch_size: images per batch.
+        augment: random crop (padding 4) and horizontal flip on training images; datasets without an
+            augmentation in :data:`IMAGE_DATASETS` (all but cifar10) ignore it.
+        val_fraction: fraction held out for validation (of all images for digits, of the official
+            training set otherwise).
+        seed: seeds the splits and the shuffling.
+        num_workers: DataLoader workers.
+        data_dir: torchvision root holding the dataset; nothing is downloaded when set.
+        cache_dir: where downloads are kept.
+    """
+
+    def __init__(
+        self,
+        dataset: ImageDatasetName = "digits",
+        batch_size: int = 64,
+        augment: bool = True,
+        val_fraction: float = 0.15,
+        seed: int = 0,
+        num_workers: int = 0,
+        data_dir: str | None = None,
+        cache_dir: str = DEFAULT_CACHE_DIR,
+    ) -> None:
+        super().__init__()
+        # no save_hyperparameters(): see TextDataModule
+        self.dataset, self.batch_size, self.augment, self.val_fraction = dataset, batch_size, augment, val_fraction
+        self.seed, self.num_workers, self.data_dir, self.cache_dir = seed, num_workers, data_dir, cache_dir
+        self.spec = IMAGE_DATASETS[dataset]
+
+    @property
+    def num_classes(self) -> int:
+        return self.spec.num_classes
+
+    @property
+    def image_size(self) -> int:
+        return self.spec.image_size
+
+    @property
+    def in_channels(self) -> int:
+        return self.spec.in_channels
+
+    @cached_property
+    def _arrays(self) -> ImageArrays:
+        return self.spec.load(self.data_dir, self.cache_dir)
+
+    @cached_property
+    def splits(self) -> dict[str, np.ndarray]:
+        """Indices into the official train set (train, val, and test for digits) or test set (test)."""
+        x, y = self._arrays.train
+        indices = np.arange(len(y))
+        if self._arrays.test is None:
+            indices, test = _stratified(y, indices, round(DIGITS_TEST_FRACTION * len(y)), self.seed)
+        else:
+            test = np.arange(len(self._arrays.test[1]))
+        train, val = _stratified(y, indices, round(self.val_fraction * len(y)), self.seed)
+        return {"train": train, "val": val, "test": test}
+
+    @cached_property
+    def data_checksum(self) -> str:
+        """SHA-256 (hex) of the raw images and labels (train, then test)."""
+        digest = hashlib.sha256()
+        for x, y in filter(None, (self._arrays.train, self._arrays.test)):
+            digest.update(x.numpy().tobytes())
+            digest.update(y.numpy().astype(np.int64).tobytes())
+        return digest.hexdigest()
+
+    def prepare_data(self) -> None:
+        self._arrays
+
+    def _dataset(self, split: str) -> ImageTensors:
+        from_test = split == "test" and self._arrays.test is not None
+        x, y = self._arrays.test if from_test else self._arrays.train  # type: ignore[misc]
+        idx = torch.from_numpy(self.splits[split])
+        augment = self.spec.augment() if split == "train" and self.augment and self.spec.augment else None
+        return ImageTensors(x[idx], y[idx], self.spec, augment)
+
+    def _loader(self, dataset: ImageTensors, shuffle: bool) -> DataLoader:
+        return DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            sampler=EpochSampler(len(dataset), self.seed, shuffle),
+            collate_fn=collate_images,
+            num_workers=self.num_workers,
+            generator=torch.Generator().manual_seed(self.seed),  # seeds the workers' augmentations
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        return self._loader(self._dataset("train"), shuffle=True)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self._dataset("val"), shuffle=False)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self._dataset("test"), shuffle=False)

@@ -1,0 +1,266 @@
+"""Language-modelling text: a corpus registry, a tokenizer fitted on its training part, and
+training windows that are a pure function of (seed, sample index)."""
+
+import math
+import zipfile
+from collections.abc import Callable
+from dataclasses import dataclass
+from functools import cached_property
+from itertools import chain
+from typing import Literal, get_args
+
+import lightning.pytorch as pl
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader, Dataset
+
+from datamodules.download import DEFAULT_CACHE_DIR, resolve, sha256_bytes
+from datamodules.sampling import GlobalIndexSampler, mix
+from datamodules.tokenization import Tokenizer, build_tokenizer
+
+CorpusName = Literal["default", "tinyshakespeare", "wikitext2"]
+TextTokenizerName = Literal["char", "bpe"]
+
+TRAIN_FRACTION = 0.9  # contiguous split of corpora without an official validation split
+
+
+@dataclass(frozen=True)
+class Corpus:
+    """Raw text of a corpus' train and validation parts and the SHA-256 of the data they came from."""
+
+    train: str
+    val: str
+    sha256: str
+
+
+def _split(text: str, sha256: str) -> Corpus:
+    """Contiguous 90/10 split: validation text follows training text, as in nanoGPT."""
+    cut = int(len(text) * TRAIN_FRACTION)
+    return Corpus(text[:cut], text[cut:], sha256)
+
+
+def _load_default(data_dir: str | None, cache_dir: str) -> Corpus:
+    """Python's own documentation topics (``pydoc_data.topics``): real English prose and code,
+    ~0.5 MB, shipped with every CPython, so it needs no download. Its text, hence the checksum,
+    differs between Python releases."""
+    from pydoc_data.topics import topics
+
+    text = "".join(topics[k] for k in sorted(topics))
+    return _split(text, sha256_bytes(text.encode()))
+
+
+TINYSHAKESPEARE_URL = "https://raw.githubusercontent.com/karpathy/char-rnn/master/data/tinyshakespeare/input.txt"
+TINYSHAKESPEARE_SHA256 = "86c4e6aa9db7c042ec79f339dcb96d42b0075e16b8fc2e86bf0ca57e2dc565ed"
+
+
+def _load_tinyshakespeare(data_dir: str | None, cache_dir: str) -> Corpus:
+    """Tiny Shakespeare (karpathy/char-rnn ``input.txt``, 1,115,394 bytes)."""
+    path = resolve("tinyshakespeare", "input.txt", data_dir, cache_dir, TINYSHAKESPEARE_URL, TINYSHAKESPEARE_SHA256)
+    return _split(path.read_text(encoding="utf-8"), TINYSHAKESPEARE_SHA256)
+
+
+# Byte-identical mirror (4,721,645 bytes) of Salesforce's original
+# https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-2-raw-v1.zip, which is no longer
+# served; pinned to a commit of the ggml-org/ci dataset repository so the URL cannot drift.
+WIKITEXT2_URL = (
+    "https://huggingface.co/datasets/ggml-org/ci/resolve/"
+    "927b3642933080f1b0e811e2f916e14c292992f9/wikitext-2-raw-v1.zip"
+)
+WIKITEXT2_SHA256 = "ef7edb566e3e2b2d31b29c1fdb0c89a4cc683597484c3dc2517919c615435a11"
+
+
+def _load_wikitext2(data_dir: str | None, cache_dir: str) -> Corpus:
+    """WikiText-2 raw; uses its official train / valid files rather than a 90/10 split."""
+    path = resolve("wikitext2", "wikitext-2-raw-v1.zip", data_dir, cache_dir, WIKITEXT2_URL, WIKITEXT2_SHA256)
+    with zipfile.ZipFile(path) as z:
+        train, val = (z.read(f"wikitext-2-raw/wiki.{s}.raw").decode("utf-8") for s in ("train", "valid"))
+    return Corpus(train, val, WIKITEXT2_SHA256)
+
+
+CORPORA: dict[CorpusName, Callable[[str | None, str], Corpus]] = {
+    "default": _load_default,
+    "tinyshakespeare": _load_tinyshakespeare,
+    "wikitext2": _load_wikitext2,
+}
+assert set(CORPORA) == set(get_args(CorpusName))
+
+
+class RandomWindows(Dataset[dict[str, Tensor]]):
+    """Windows of ``seq_len + 1`` tokens whose start is a pure function of (seed, index).
+
+    Any non-negative index is valid (``len`` is one epoch's worth); :class:`GlobalIndexSampler`
+    feeds epoch e the indices ``e * len .. (e + 1) * len - 1``.
+
+    Args:
+        ids: the training token stream, shape (N,).
+        seq_len: tokens per input.
+        seed: run seed.
+        num_samples: samples per epoch.
+    """
+
+    def __init__(self, ids: Tensor, seq_len: int, seed: int, num_samples: int) -> None:
+        if len(ids) < seq_len + 1:
+            raise ValueError(f"training split has {len(ids)} tokens, fewer than seq_len + 1 = {seq_len + 1}")
+        self.ids, self.seq_len, self.seed, self.num_samples = ids, seq_len, seed, num_samples
+
+    def __len__(self) -> int:
+        return self.num_samples
+
+    def __getitem__(self, i: int) -> dict[str, Tensor]:
+        start = mix(self.seed, i) % (len(self.ids) - self.seq_len)  # 64-bit hash: modulo bias negligible
+        window = self.ids[start : start + self.seq_len + 1]
+        return {"input_ids": window[:-1], "labels": window[1:]}
+
+
+class FixedWindows(Dataset[dict[str, Tensor]]):
+    """Non-overlapping windows of ``length`` tokens tiling ``ids[:-1]`` (inputs) / ``ids[1:]`` (labels).
+
+    Args:
+        ids: the evaluated token stream; ``len(ids) - 1`` must be a multiple of ``length``.
+        length: tokens per window.
+    """
+
+    def __init__(self, ids: Tensor, length: int) -> None:
+        assert (len(ids) - 1) % length == 0
+        self.ids, self.length = ids, length
+
+    def __len__(self) -> int:
+        return (len(self.ids) - 1) // self.length
+
+    def __getitem__(self, k: int) -> dict[str, Tensor]:
+        s = k * self.length
+        return {"input_ids": self.ids[s : s + self.length], "labels": self.ids[s + 1 : s + self.length + 1]}
+
+
+@dataclass(frozen=True)
+class _Tokenized:
+    tokenizer: Tokenizer
+    train_ids: Tensor  # (N_train,) long
+    val_ids: Tensor  # (N_val,) long, the whole validation split
+    sha256: str
+
+
+class TextDataModule(pl.LightningDataModule):
+    """Next-token prediction on a text corpus.
+
+    Batches are ``{"input_ids": LongTensor(B, T), "labels": LongTensor(B, T)}`` with
+    ``labels[:, t] = input_ids[:, t + 1]`` of the underlying stream. ``val_dataloader`` (and
+    ``test_dataloader``, the same) returns one loader per entry of ``eval_lengths``, each tiling the
+    *same* validation tokens with non-overlapping windows of that length, so losses at different
+    lengths are over identical targets.
+
+    Args:
+        corpus: which text; ``default`` needs no download.
+        tokenizer: ``char`` or byte-level ``bpe``, fitted on the training part only.
+        bpe_vocab_size: BPE vocabulary size, specials included.
+        seq_len: training window length T.
+        eval_lengths: validation window lengths; default ``[1, 2, 4, 8]`` times ``seq_len``.
+        val_tokens: predict this many validation tokens at every length (capped to the split and
+            rounded down to a multiple of the lengths' least common multiple).
+        batch_size: windows per batch.
+        train_batches_per_epoch: an epoch is this many random windows batches.
+        seed: seeds the training windows and the loaders.
+        num_workers: DataLoader workers.
+        data_dir: folder holding the corpus file (``input.txt`` / ``wikitext-2-raw-v1.zip``); no download.
+        cache_dir: where downloads are kept.
+    """
+
+    def __init__(
+        self,
+        corpus: CorpusName = "default",
+        tokenizer: TextTokenizerName = "char",
+        bpe_vocab_size: int = 1024,
+        seq_len: int = 128,
+        eval_lengths: list[int] | None = None,
+        val_tokens: int = 65536,
+        batch_size: int = 32,
+        train_batches_per_epoch: int = 1000,
+        seed: int = 0,
+        num_workers: int = 0,
+        data_dir: str | None = None,
+        cache_dir: str = DEFAULT_CACHE_DIR,
+    ) -> None:
+        super().__init__()
+        # no save_hyperparameters(): LightningCLI saves the config, and Lightning refuses to log
+        # DataModule and LightningModule hparams that share a key (seed, batch_size) with other values
+        self.corpus, self.tokenizer_name, self.bpe_vocab_size = corpus, tokenizer, bpe_vocab_size
+        self.seq_len, self.val_tokens = seq_len, val_tokens
+        self.eval_lengths = list(eval_lengths) if eval_lengths else [seq_len * k for k in (1, 2, 4, 8)]
+        self.batch_size, self.train_batches_per_epoch = batch_size, train_batches_per_epoch
+        self.seed, self.num_workers, self.data_dir, self.cache_dir = seed, num_workers, data_dir, cache_dir
+
+    @cached_property
+    def _data(self) -> _Tokenized:
+        # built on first use (a property read by the CLI, prepare_data or setup), then kept in memory
+        corpus = CORPORA[self.corpus](self.data_dir, self.cache_dir)
+        # line by line: BPE trains and encodes lines in parallel; lines keep their newlines
+        train_lines = corpus.train.splitlines(keepends=True)
+        tok = build_tokenizer(self.tokenizer_name, train_lines, self.bpe_vocab_size)
+
+        def as_tensor(lines: list[str]) -> Tensor:
+            return torch.tensor(list(chain.from_iterable(tok.encode_batch(lines))), dtype=torch.long)
+
+        val_lines = corpus.val.splitlines(keepends=True)
+        return _Tokenized(tok, as_tensor(train_lines), as_tensor(val_lines), corpus.sha256)
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self._data.tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    @property
+    def pad_token_id(self) -> int:
+        return self.tokenizer.pad_id
+
+    @property
+    def mask_token_id(self) -> int:
+        return self.tokenizer.mask_id
+
+    @property
+    def special_token_ids(self) -> list[int]:
+        return list(self.tokenizer.special_ids)
+
+    @property
+    def data_checksum(self) -> str:
+        """SHA-256 (hex) of the raw corpus data."""
+        return self._data.sha256
+
+    @property
+    def val_ids(self) -> Tensor:
+        """The validation tokens every eval length sees: ``n + 1`` tokens, ``n`` of them predicted."""
+        ids = self._data.val_ids
+        step = math.lcm(*self.eval_lengths)
+        n = min(self.val_tokens, len(ids) - 1) // step * step
+        if n == 0:
+            raise ValueError(
+                f"validation split has {len(ids)} tokens: too few for one window of every eval length "
+                f"{self.eval_lengths} (least common multiple {step})"
+            )
+        return ids[: n + 1]
+
+    def prepare_data(self) -> None:
+        self._data  # downloads (rank 0 first in distributed runs) and tokenizes
+
+    def _loader(self, dataset: Dataset, **kwargs) -> DataLoader:
+        return DataLoader(
+            dataset,
+            batch_size=self.batch_size,
+            num_workers=self.num_workers,
+            generator=torch.Generator().manual_seed(self.seed),  # seeds the workers
+            **kwargs,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        n = self.train_batches_per_epoch * self.batch_size
+        dataset = RandomWindows(self._data.train_ids, self.seq_len, self.seed, n)
+        return self._loader(dataset, sampler=GlobalIndexSampler(n))
+
+    def val_dataloader(self) -> list[DataLoader]:
+        ids = self.val_ids
+        return [self._loader(FixedWindows(ids, length)) for length in self.eval_lengths]
+
+    def test_dataloader(self) -> list[DataLoader]:
+        return self.val_dataloader()

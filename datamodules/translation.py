@@ -1,0 +1,236 @@
+"""Sequence-to-sequence pairs: SCAN (generated) and Multi30k De→En (downloaded)."""
+
+import gzip
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass
+from functools import cached_property, partial
+from typing import Literal, get_args
+
+import lightning.pytorch as pl
+import torch
+from torch import Tensor
+from torch.utils.data import DataLoader
+
+from datamodules.download import DEFAULT_CACHE_DIR, resolve, sha256_bytes
+from datamodules.sampling import BucketBatchSampler, EpochSampler, generator
+from datamodules.scan import SCAN_SPLITS, Pair, ScanSplitName, all_pairs
+from datamodules.tokenization import Tokenizer, build_tokenizer
+
+TranslationDatasetName = Literal["scan", "multi30k"]
+TranslationTokenizerName = Literal["word", "bpe"]
+
+IGNORE_INDEX = -100  # cross_entropy's default ignore_index
+
+
+@dataclass(frozen=True)
+class PairSplits:
+    """(source, target) text pairs of each split and the SHA-256 of the raw data."""
+
+    train: list[Pair]
+    val: list[Pair]
+    test: list[Pair]
+    sha256: str
+
+
+SCAN_VAL_SIZE = 1000
+
+
+def _load_scan(split: ScanSplitName, seed: int, data_dir: str | None, cache_dir: str) -> PairSplits:
+    """SCAN has no validation split: val is a seeded 1,000-pair subset of the test split (cheap to
+    decode every epoch), test is the whole test split. Generated, so nothing is read from disk."""
+    train, test = SCAN_SPLITS[split](seed)
+    keep = torch.randperm(len(test), generator=generator(seed, 2))[:SCAN_VAL_SIZE].sort().values
+    raw = "\n".join(f"{c}\t{a}" for c, a in all_pairs()).encode()
+    return PairSplits(train, [test[i] for i in keep.tolist()], test, sha256_bytes(raw))
+
+
+MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{}"
+MULTI30K_SHA256 = {
+    "train.de.gz": "726e39b2fa9eb9ffb6dc763fb35a179f80fae06ffc5d28b6ace5faa883de28a6",
+    "train.en.gz": "d79cfa999dd4c51d2cb42499b6796d5a882c3a8a961923c25a898c90f8bbd56f",
+    "val.de.gz": "f0cba2f995189cf5770f29a8a9a537a3ad3f51657ad873405082ff6863a5e75a",
+    "val.en.gz": "14f7d25ddd868909a9213e361768460edcacdd6ab9d1e77b92560dc10c10dc28",
+    "test_2016_flickr.de.gz": "9204244e408ccb38d2a55cfcd344df15005fc42a07a6e55ca6c52b6ababb8cc8",
+    "test_2016_flickr.en.gz": "611d361c6334bc7246101d48097c13cf5c4413c5befc793cc629934359d532d9",
+}
+
+
+def _read_lines(path: str) -> list[str]:
+    # split on "\n" only: str.splitlines would also split on U+2028 etc. and break the alignment
+    with gzip.open(path, "rt", encoding="utf-8") as f:
+        return f.read().removesuffix("\n").split("\n")
+
+
+def _load_multi30k(split: ScanSplitName, seed: int, data_dir: str | None, cache_dir: str) -> PairSplits:
+    """Multi30k task 1, German → English: 29,000 / 1,014 / 1,000 (test 2016 Flickr) pairs.
+    ``split`` and ``seed`` do not apply: the splits are the official ones. The checksum is the
+    SHA-256 of the six files' ``name sha256`` lines."""
+    paths = {
+        name: resolve("multi30k", name, data_dir, cache_dir, MULTI30K_URL.format(name), sha)
+        for name, sha in MULTI30K_SHA256.items()
+    }
+
+    def pairs(prefix: str) -> list[Pair]:
+        de, en = _read_lines(paths[f"{prefix}.de.gz"]), _read_lines(paths[f"{prefix}.en.gz"])
+        if len(de) != len(en):
+            raise ValueError(f"multi30k {prefix}: {len(de)} German lines but {len(en)} English lines")
+        return list(zip(de, en))
+
+    digest = sha256_bytes("".join(f"{n} {s}\n" for n, s in sorted(MULTI30K_SHA256.items())).encode())
+    return PairSplits(pairs("train"), pairs("val"), pairs("test_2016_flickr"), digest)
+
+
+@dataclass(frozen=True)
+class _DatasetSpec:
+    load: Callable[[ScanSplitName, int, str | None, str], PairSplits]
+    default_tokenizer: TranslationTokenizerName
+
+
+DATASETS: dict[TranslationDatasetName, _DatasetSpec] = {
+    "scan": _DatasetSpec(_load_scan, "word"),
+    "multi30k": _DatasetSpec(_load_multi30k, "bpe"),
+}
+assert set(DATASETS) == set(get_args(TranslationDatasetName))
+
+Example = tuple[list[int], list[int], str]  # (source ids, target ids, target text)
+
+
+def collate_pairs(batch: Sequence[Example], pad_id: int, bos_id: int, eos_id: int) -> dict[str, Tensor | list[str]]:
+    """Pad a list of examples into the translation batch dict (see :class:`TranslationDataModule`)."""
+    S = max(len(s) for s, _, _ in batch)
+    T = max(len(t) for _, t, _ in batch) + 1  # + bos (inputs) / eos (targets)
+    src_ids = torch.full((len(batch), S), pad_id, dtype=torch.long)
+    src_mask = torch.zeros((len(batch), S), dtype=torch.long)
+    tgt_in = torch.full((len(batch), T), pad_id, dtype=torch.long)
+    tgt_out = torch.full((len(batch), T), IGNORE_INDEX, dtype=torch.long)
+    for b, (s, t, _) in enumerate(batch):
+        src_ids[b, : len(s)] = torch.tensor(s, dtype=torch.long)
+        src_mask[b, : len(s)] = 1
+        tgt_in[b, : len(t) + 1] = torch.tensor([bos_id, *t], dtype=torch.long)
+        tgt_out[b, : len(t) + 1] = torch.tensor([*t, eos_id], dtype=torch.long)
+    return {"src_ids": src_ids, "src_mask": src_mask, "tgt_in": tgt_in, "tgt_out": tgt_out,
+            "tgt_text": [text for _, _, text in batch]}
+
+
+@dataclass(frozen=True)
+class _Encoded:
+    tokenizer: Tokenizer
+    train: list[Example]
+    val: list[Example]
+    test: list[Example]
+    sha256: str
+
+
+class TranslationDataModule(pl.LightningDataModule):
+    """Source → target pairs for an encoder-decoder.
+
+    Batches are dicts:
+
+    - ``src_ids`` (B, S) long, padded with ``pad_token_id``;
+    - ``src_mask`` (B, S) long, 1 = token, 0 = padding;
+    - ``tgt_in`` (B, T) long, ``[bos] + target``, padded with ``pad_token_id``;
+    - ``tgt_out`` (B, T) long, ``target + [eos]``, padded with -100;
+    - ``tgt_text`` list of B reference strings (untruncated).
+
+    Training batches group similar lengths (sorted within seeded chunks of 100 batches, batch order
+    shuffled), a pure function of (seed, epoch). SCAN has no validation split: val is a seeded
+    1,000-pair subset of its test split, test the whole test split.
+
+    Args:
+        dataset: ``scan`` (generated) or ``multi30k`` (German → English).
+        split: SCAN split (``simple`` seeded 80/20, ``length`` ≤ 22 actions, ``cutoff26`` ≤ 26
+            actions); ignored by multi30k.
+        tokenizer: ``word`` or byte-level ``bpe``, one vocabulary shared by source and target and
+            fitted on the training pairs; ``None`` picks the dataset's default (scan: word, multi30k: bpe).
+        bpe_vocab_size: BPE vocabulary size, specials included.
+        max_len: source and ``tgt_in`` / ``tgt_out`` are truncated to this many tokens.
+        batch_size: pairs per batch.
+        seed: seeds the split (scan simple), the val subset and the batch order.
+        num_workers: DataLoader workers.
+        data_dir: folder with the multi30k ``*.gz`` files; nothing is downloaded when set.
+        cache_dir: where downloads are kept.
+    """
+
+    def __init__(
+        self,
+        dataset: TranslationDatasetName = "scan",
+        split: ScanSplitName = "simple",
+        tokenizer: TranslationTokenizerName | None = None,
+        bpe_vocab_size: int = 8000,
+        max_len: int = 64,
+        batch_size: int = 64,
+        seed: int = 0,
+        num_workers: int = 0,
+        data_dir: str | None = None,
+        cache_dir: str = DEFAULT_CACHE_DIR,
+    ) -> None:
+        super().__init__()
+        # no save_hyperparameters(): see TextDataModule
+        self.dataset, self.split = dataset, split
+        self.tokenizer_name: TranslationTokenizerName = tokenizer or DATASETS[dataset].default_tokenizer
+        self.bpe_vocab_size, self.max_len, self.batch_size = bpe_vocab_size, max_len, batch_size
+        self.seed, self.num_workers, self.data_dir, self.cache_dir = seed, num_workers, data_dir, cache_dir
+
+    @cached_property
+    def _data(self) -> _Encoded:
+        pairs = DATASETS[self.dataset].load(self.split, self.seed, self.data_dir, self.cache_dir)
+        texts = [s for s, _ in pairs.train] + [t for _, t in pairs.train]
+        tok = build_tokenizer(self.tokenizer_name, texts, self.bpe_vocab_size)
+
+        def encode(split: list[Pair]) -> list[Example]:
+            src = tok.encode_batch([s for s, _ in split])
+            tgt = tok.encode_batch([t for _, t in split])
+            # targets keep max_len - 1 tokens so that [bos] + target fits in max_len
+            return [(s[: self.max_len], t[: self.max_len - 1], text) for s, t, (_, text) in zip(src, tgt, split)]
+
+        return _Encoded(tok, encode(pairs.train), encode(pairs.val), encode(pairs.test), pairs.sha256)
+
+    @property
+    def tokenizer(self) -> Tokenizer:
+        return self._data.tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    @property
+    def pad_token_id(self) -> int:
+        return self.tokenizer.pad_id
+
+    @property
+    def bos_token_id(self) -> int:
+        return self.tokenizer.bos_id
+
+    @property
+    def eos_token_id(self) -> int:
+        return self.tokenizer.eos_id
+
+    @property
+    def data_checksum(self) -> str:
+        """SHA-256 (hex) of the raw data (for multi30k, of its files' checksums)."""
+        return self._data.sha256
+
+    def prepare_data(self) -> None:
+        self._data
+
+    def _loader(self, examples: list[Example], **kwargs) -> DataLoader:
+        collate = partial(collate_pairs, pad_id=self.pad_token_id, bos_id=self.bos_token_id, eos_id=self.eos_token_id)
+        return DataLoader(
+            examples,  # type: ignore[arg-type]  # a list is a map-style dataset
+            collate_fn=collate,
+            num_workers=self.num_workers,
+            generator=torch.Generator().manual_seed(self.seed),
+            **kwargs,
+        )
+
+    def train_dataloader(self) -> DataLoader:
+        train = self._data.train
+        lengths = [len(s) + len(t) for s, t, _ in train]
+        sampler = BucketBatchSampler(EpochSampler(len(train), self.seed), lengths, self.batch_size)
+        return self._loader(train, batch_sampler=sampler)
+
+    def val_dataloader(self) -> DataLoader:
+        return self._loader(self._data.val, batch_size=self.batch_size)
+
+    def test_dataloader(self) -> DataLoader:
+        return self._loader(self._data.test, batch_size=self.batch_size)

@@ -1,0 +1,109 @@
+"""Callbacks every run uses: run metadata for reproducibility, and divergence as an outcome."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import platform
+import subprocess
+from importlib import metadata
+from pathlib import Path
+
+import lightning.pytorch as pl
+import torch
+
+PACKAGES = ("torch", "torchvision", "lightning", "torchmetrics", "jsonargparse", "tokenizers", "tensorboard")
+
+
+def git_commit() -> str:
+    try:
+        root = Path(__file__).resolve().parent.parent
+        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=10)
+        return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "") if out.returncode == 0 else "unknown"
+    except (OSError, subprocess.SubprocessError):
+        return "unknown"
+
+
+def package_versions() -> dict[str, str]:
+    versions = {"python": platform.python_version()}
+    for name in PACKAGES:
+        try:
+            versions[name] = metadata.version(name)
+        except metadata.PackageNotFoundError:
+            versions[name] = "not installed"
+    return versions
+
+
+def write_json_atomic(path: Path, data: dict) -> None:
+    tmp = path.with_suffix(path.suffix + ".tmp")
+    tmp.write_text(json.dumps(data, indent=2, default=str))
+    os.replace(tmp, path)
+
+
+def run_dir(trainer: pl.Trainer) -> Path:
+    return Path(trainer.log_dir or trainer.default_root_dir)
+
+
+class RunMetadata(pl.Callback):
+    """Writes `run.json` beside the run's logs (git commit, package versions, data checksum,
+    parameter counts, FLOPs, seed) and keeps its `status` current: running, done or diverged.
+    The sweep runner reads this file; TensorBoard gets the same facts as a text summary."""
+
+    def __init__(self):
+        self.info: dict = {}
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        datamodule = trainer.datamodule
+        self.info = {
+            "status": "running",
+            "seed": int(os.environ.get("PL_GLOBAL_SEED", -1)),
+            "git_commit": git_commit(),
+            "packages": package_versions(),
+            "data_checksum": getattr(datamodule, "data_checksum", None),
+            "threads": torch.get_num_threads(),
+            **pl_module.model_stats(),
+        }
+        self._write(trainer)
+        experiment = getattr(trainer.logger, "experiment", None)
+        if trainer.is_global_zero and hasattr(experiment, "add_text"):
+            experiment.add_text("run", "```\n" + json.dumps(self.info, indent=2, default=str) + "\n```", 0)
+
+    def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self.info.get("status") == "running":
+            self.info["status"] = "done"
+        self.info["steps"] = trainer.global_step
+        self._write(trainer)
+
+    def mark(self, trainer: pl.Trainer, **fields) -> None:
+        self.info.update(fields)
+        self._write(trainer)
+
+    def _write(self, trainer: pl.Trainer) -> None:
+        if trainer.is_global_zero:
+            path = run_dir(trainer)
+            path.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(path / "run.json", self.info)
+
+
+class DivergenceGuard(pl.Callback):
+    """Stops a run whose training loss is non-finite or above `max_loss`, and records it as
+    `diverged` with the step: instability is a result, not a crash.
+
+    Args:
+        max_loss: loss bound; `None` checks finiteness only.
+    """
+
+    def __init__(self, max_loss: float | None = None):
+        self.max_loss = max_loss
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        loss = outputs["loss"] if isinstance(outputs, dict) else outputs
+        value = float(loss.detach())
+        if math.isfinite(value) and (self.max_loss is None or value <= self.max_loss):
+            return
+        trainer.should_stop = True
+        for callback in trainer.callbacks:
+            if isinstance(callback, RunMetadata):
+                callback.mark(trainer, status="diverged", diverged_at_step=trainer.global_step, diverged_loss=value)

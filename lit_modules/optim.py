@@ -1,0 +1,65 @@
+"""Optimiser and schedule shared by every task."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+import torch
+from torch import nn
+
+
+@dataclass(frozen=True)
+class OptimConfig:
+    """AdamW with linear warmup then cosine decay to `min_lr_ratio`·lr.
+
+    Args:
+        lr: peak learning rate.
+        weight_decay: applied to Linear/Conv weight matrices only (not norms, biases, embeddings).
+        betas: Adam betas.
+        eps: Adam epsilon.
+        warmup_steps: linear warmup length; 0 starts at the peak (the Post-Norm/warmup study).
+        min_lr_ratio: floor of the cosine decay as a fraction of lr.
+        fused: fused AdamW kernel (exact; one kernel per step instead of a loop over tensors).
+    """
+
+    lr: float = 1e-3
+    weight_decay: float = 0.1
+    betas: tuple[float, float] = (0.9, 0.95)
+    eps: float = 1e-8
+    warmup_steps: int = 100
+    min_lr_ratio: float = 0.1
+    fused: bool = True
+
+
+def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+    """Decay only the weight matrices of Linear and Conv layers; a tied output head is the token
+    embedding, so it is not decayed."""
+    embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
+    matrices = {
+        id(m.weight)
+        for m in model.modules()
+        if isinstance(m, (nn.Linear, nn.Conv2d)) and id(m.weight) not in embeddings
+    }
+    params = {id(p): p for p in model.parameters() if p.requires_grad}
+    decay = [p for i, p in params.items() if i in matrices]
+    no_decay = [p for i, p in params.items() if i not in matrices]
+    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+
+
+def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
+    """Multiplier of the peak lr at `step`."""
+    if step < warmup_steps:
+        return (step + 1) / warmup_steps
+    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
+    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+def build_optimizer(model: nn.Module, cfg: OptimConfig, total_steps: int):
+    optimizer = torch.optim.AdamW(
+        parameter_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=cfg.fused
+    )
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda step: warmup_cosine(step, cfg.warmup_steps, total_steps, cfg.min_lr_ratio)
+    )
+    return optimizer, schedule

@@ -1,0 +1,108 @@
+"""Sequence-to-sequence translation with an encoder-decoder."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from torchmetrics import MeanMetric
+from torchmetrics.classification import MulticlassAccuracy
+from torchmetrics.text import CHRFScore, SacreBLEUScore
+
+from models import ArchConfig, EncoderDecoder
+
+from .base import TaskModule
+from .optim import OptimConfig
+
+
+class Translation(TaskModule):
+    """Label-smoothed cross entropy under teacher forcing; token accuracy; and, on decodes of
+    the validation/test sets, exact-match sequence accuracy, SacreBLEU and chrF.
+
+    Args:
+        label_smoothing: label smoothing of the training loss (validation loss is unsmoothed).
+        beam_size: 1 decodes greedily, more uses beam search.
+        length_penalty: beam-search length normalisation exponent.
+        max_decode_extra: decode up to the reference length plus this many tokens.
+    """
+
+    hparam_metrics = ("val/loss", "val/exact_match", "val/bleu")
+
+    def __init__(
+        self,
+        arch: ArchConfig = ArchConfig(pos_encoding="sinusoidal"),
+        optim: OptimConfig = OptimConfig(),
+        data_info: dict[str, Any] | None = None,
+        compile: bool = False,
+        label_smoothing: float = 0.1,
+        beam_size: int = 1,
+        length_penalty: float = 1.0,
+        max_decode_extra: int = 10,
+    ):
+        super().__init__(arch, optim, data_info, compile)
+        self.model = EncoderDecoder(self.arch)
+        self.label_smoothing, self.beam_size = label_smoothing, beam_size
+        self.length_penalty, self.max_decode_extra = length_penalty, max_decode_extra
+        self.bos_id = int(self.data_info.get("bos_token_id", 2))
+        self.eos_id = int(self.data_info.get("eos_token_id", 3))
+        self.metrics = torch.nn.ModuleDict(
+            {
+                stage: torch.nn.ModuleDict(
+                    {
+                        "loss": MeanMetric(),
+                        "token_acc": MulticlassAccuracy(self.arch.vocab_size, average="micro", ignore_index=-100),
+                        "exact_match": MeanMetric(),
+                        "bleu": SacreBLEUScore(),
+                        "chrf": CHRFScore(),
+                    }
+                )
+                for stage in ("val", "test")
+            }
+        )
+
+    def forward_batch(self, batch: dict[str, Any]) -> torch.Tensor:
+        return self.model(batch["src_ids"], batch["tgt_in"], batch["src_mask"])
+
+    def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
+        logits = self.forward_batch(batch)
+        loss = F.cross_entropy(
+            logits.flatten(0, 1), batch["tgt_out"].flatten(), ignore_index=-100, label_smoothing=self.label_smoothing
+        )
+        self.log("train/loss", loss, prog_bar=True)
+        return loss
+
+    def decode(self, batch: dict[str, Any]) -> list[str]:
+        tokenizer = self.trainer.datamodule.tokenizer
+        max_len = batch["tgt_out"].shape[1] + self.max_decode_extra
+        ids = self.model.beam_search(
+            batch["src_ids"], batch["src_mask"], self.bos_id, self.eos_id, max_len, self.beam_size, self.length_penalty
+        )
+        out = []
+        for row in ids.tolist():
+            if self.eos_id in row:
+                row = row[: row.index(self.eos_id)]
+            out.append(tokenizer.decode(row))
+        return out
+
+    def _evaluate(self, batch: dict[str, Any], stage: str) -> None:
+        metrics = self.metrics[stage]
+        logits = self.forward_batch(batch)
+        target = batch["tgt_out"]
+        metrics["loss"].update(F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=-100), weight=(target != -100).sum())
+        metrics["token_acc"].update(logits.flatten(0, 1), target.flatten())
+        hypotheses, references = self.decode(batch), list(batch["tgt_text"])
+        metrics["exact_match"].update(torch.tensor([float(h.strip() == r.strip()) for h, r in zip(hypotheses, references)]))
+        metrics["bleu"].update(hypotheses, [[r] for r in references])
+        metrics["chrf"].update(hypotheses, [[r] for r in references])
+        for name, metric in metrics.items():
+            self.log(f"{stage}/{name}", metric, prog_bar=name in ("loss", "exact_match"), batch_size=len(references))
+
+    def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate(batch, "val")
+
+    def test_step(self, batch: dict[str, Any], batch_idx: int) -> None:
+        self._evaluate(batch, "test")
+
+    def stats_seq_len(self) -> int:
+        return int(self.data_info.get("max_len", self.arch.max_seq_len))

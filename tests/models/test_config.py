@@ -1,0 +1,146 @@
+"""ArchConfig: Literal axes in step with their registries, validation messages, sizes and counts."""
+
+import math
+from fractions import Fraction
+from typing import get_args
+
+import pytest
+
+from models import GPT, ArchConfig, BertMLM, EncoderDecoder, ViT, default_d_ff
+from models.config import Activation, GeluApproximation, NormName, NormPlacement, PosEncoding
+from models.ffn import _activations
+from models.norms import NORMS
+from models.positional import POSITIONAL
+
+TINY = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_seq_len=16)
+
+
+# --- registries vs Literals ---------------------------------------------------------------------
+
+
+def test_positional_registry_matches_literal():
+    assert set(POSITIONAL) == set(get_args(PosEncoding))
+
+
+def test_norm_registry_matches_literal():
+    assert set(NORMS) == set(get_args(NormName))
+
+
+@pytest.mark.parametrize("approx", get_args(GeluApproximation))
+def test_activation_registry_matches_literal(approx):
+    assert set(_activations(ArchConfig(**TINY, gelu_approximate=approx))) == set(get_args(Activation))
+
+
+# --- validation: ValueError naming field, value and choices --------------------------------------
+
+
+@pytest.mark.parametrize(
+    "field, literal",
+    [
+        ("pos_encoding", PosEncoding),
+        ("norm", NormName),
+        ("norm_placement", NormPlacement),
+        ("activation", Activation),
+        ("gelu_approximate", GeluApproximation),
+    ],
+)
+def test_invalid_literal_lists_choices(field, literal):
+    with pytest.raises(ValueError) as err:
+        ArchConfig(**{**TINY, field: "batchnorm"})
+    msg = str(err.value)
+    assert f"{field}='batchnorm'" in msg
+    for choice in get_args(literal):
+        assert repr(choice) in msg
+
+
+def test_d_model_not_divisible_by_n_heads():
+    with pytest.raises(ValueError, match=r"d_model=30.*n_heads=4"):
+        ArchConfig(**{**TINY, "d_model": 30})
+
+
+def test_n_heads_not_divisible_by_n_kv_heads():
+    with pytest.raises(ValueError, match=r"n_heads=4.*n_kv_heads=3"):
+        ArchConfig(**TINY, n_kv_heads=3)
+
+
+def test_rope_with_odd_rotary_dim():
+    # head_dim 12/4 = 3: odd
+    with pytest.raises(ValueError, match=r"pos_encoding='rope'.*rotary dim.*=3"):
+        ArchConfig(**{**TINY, "d_model": 12}, pos_encoding="rope")
+    # head_dim 8 * 0.25 = 2 is even, 8 * 0.375 = 3 is odd
+    ArchConfig(**TINY, pos_encoding="rope", rope_fraction=0.25)
+    with pytest.raises(ValueError, match=r"pos_encoding='rope'.*=3"):
+        ArchConfig(**TINY, pos_encoding="rope", rope_fraction=0.375)
+    # an odd head_dim is fine for schemes that do not rotate
+    ArchConfig(**{**TINY, "d_model": 12}, pos_encoding="alibi")
+
+
+@pytest.mark.parametrize("field, value", [("rope_fraction", 0.0), ("rope_fraction", 1.5), ("dropout", 1.0), ("n_layers", 0)])
+def test_out_of_range_values(field, value):
+    with pytest.raises(ValueError, match=rf"{field}={value}"):
+        ArchConfig(**{**TINY, field: value})
+
+
+def test_config_is_frozen():
+    cfg = ArchConfig(**TINY)
+    with pytest.raises(AttributeError):
+        cfg.norm = "rmsnorm"
+
+
+# --- default sizes -------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("d_model", [32, 64, 96, 100, 128, 192, 256, 512, 768, 1000, 4096])
+def test_default_d_ff(d_model):
+    assert default_d_ff(d_model, "relu") == default_d_ff(d_model, "gelu") == 4 * d_model
+    gated = math.ceil(Fraction(8 * d_model, 3) / 64) * 64  # 8/3·d rounded up to a multiple of 64
+    assert default_d_ff(d_model, "swiglu") == default_d_ff(d_model, "geglu") == gated
+    assert gated % 64 == 0 and gated >= Fraction(8 * d_model, 3)
+    assert ArchConfig(**{**TINY, "d_model": d_model, "n_heads": 4}, activation="swiglu").ffn_dim == gated
+    assert ArchConfig(**{**TINY, "d_model": d_model, "n_heads": 4}, activation="swiglu", d_ff=40).ffn_dim == 40
+
+
+def test_explicit_values():
+    assert default_d_ff(192, "swiglu") == 512
+    assert default_d_ff(128, "geglu") == 384  # 341.3 -> 384
+    assert default_d_ff(768, "swiglu") == 2048
+
+
+def test_gated_and_plain_parameter_counts_are_comparable():
+    cfg = dict(vocab_size=64, d_model=192, n_layers=2, n_heads=4, max_seq_len=16)
+    plain = GPT(ArchConfig(**cfg, activation="gelu")).num_parameters(non_embedding=True)
+    gated = GPT(ArchConfig(**cfg, activation="swiglu")).num_parameters(non_embedding=True)
+    assert abs(gated - plain) / plain < 0.10
+
+
+# --- parameter and FLOP counts -------------------------------------------------------------------
+
+
+def _models():
+    cfg = ArchConfig(**TINY)
+    untied = ArchConfig(**TINY, tie_embeddings=False)
+    return [GPT(cfg), GPT(untied), BertMLM(cfg), EncoderDecoder(cfg), ViT(cfg, image_size=8, patch_size=4)]
+
+
+def test_num_parameters():
+    for model in _models():
+        total = model.num_parameters()
+        assert total == sum(p.numel() for p in {id(p): p for p in model.parameters()}.values())
+        assert 0 < model.num_parameters(non_embedding=True) < total
+    tied, untied = GPT(ArchConfig(**TINY)), GPT(ArchConfig(**TINY, tie_embeddings=False))
+    assert untied.num_parameters() - tied.num_parameters() == 64 * 32  # tied head counted once
+    # non-embedding leaves out the token table and the learned position table
+    assert tied.num_parameters() - tied.num_parameters(non_embedding=True) == 64 * 32 + 16 * 32
+
+
+def test_flops_per_token_grows_with_seq_len():
+    for model in _models():
+        f = [model.flops_per_token(t) for t in (8, 64, 512)]
+        assert f[0] < f[1] < f[2]
+        assert model.flops_per_token(512, include_attention=False) == model.flops_per_token(8, include_attention=False)
+    cfg = ArchConfig(**TINY)
+    # causal attention sees half the keys: the attention term of GPT is half BERT's
+    gpt, bert = GPT(cfg), BertMLM(cfg)
+    gpt_attn = gpt.flops_per_token(64) - gpt.flops_per_token(64, include_attention=False)
+    bert_attn = bert.flops_per_token(64) - bert.flops_per_token(64, include_attention=False)
+    assert gpt_attn * 2 == bert_attn == 4 * 64 * 32 * 2
