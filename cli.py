@@ -46,8 +46,9 @@ class SuiteCLI(LightningCLI):
         parser.add_lightning_class_args(RunMetadata, "run_metadata")
 
 
-def cli_main(args: list[str] | None = None, run: bool = True) -> SuiteCLI:
-    return SuiteCLI(
+def cli_main(args: list[str] | None = None, run: bool = True, cli_class: type[SuiteCLI] = SuiteCLI) -> SuiteCLI:
+    """Builds the suite's CLI; `cli_class` lets a tool reuse these settings (the sweep's parse-only check)."""
+    return cli_class(
         pl.LightningModule,
         pl.LightningDataModule,
         subclass_mode_model=True,

@@ -126,7 +126,8 @@ class AlgorithmicDataModule(pl.LightningDataModule):
         # no save_hyperparameters(): see TextDataModule
         if not 1 <= train_min_len <= train_max_len:
             raise ValueError(f"need 1 <= train_min_len <= train_max_len, got {train_min_len}, {train_max_len}")
-        self.task, self.train_min_len, self.train_max_len, self.test_max_len = task, train_min_len, train_max_len, test_max_len
+        self.task, self.train_min_len, self.train_max_len = task, train_min_len, train_max_len
+        self.test_max_len = test_max_len
         self.num_train, self.num_val_per_length, self.num_symbols = num_train, num_val_per_length, num_symbols
         self.batch_size, self.seed, self.num_workers = batch_size, seed, num_workers
         self.data_dir, self.cache_dir = data_dir, cache_dir

@@ -76,7 +76,7 @@ def fetch(url: str, dest: str | Path, sha256: str | None) -> Path:
     dest.parent.mkdir(parents=True, exist_ok=True)
     part = dest.with_name(dest.name + ".part")
     try:
-        with urllib.request.urlopen(url) as response, open(part, "wb") as f:
+        with urllib.request.urlopen(url, timeout=60) as response, open(part, "wb") as f:
             shutil.copyfileobj(response, f)
         actual = sha256_file(part)
         if sha256 is not None and actual != sha256.lower():

@@ -206,7 +206,7 @@ class ImageDataModule(pl.LightningDataModule):
         return digest.hexdigest()
 
     def prepare_data(self) -> None:
-        self._arrays
+        _ = self._arrays
 
     def _dataset(self, split: str) -> ImageTensors:
         from_test = split == "test" and self._arrays.test is not None

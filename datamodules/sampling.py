@@ -1,7 +1,9 @@
 """Samplers whose order is a pure function of (seed, epoch), so a resumed run sees the same data.
 
 Lightning calls ``set_epoch`` on ``loader.sampler`` and ``loader.batch_sampler.sampler`` at the start
-of every epoch (also after a restore), which is all the state these samplers have.
+of every epoch (also after a restore). A run restored mid-epoch rebuilds its loader and Lightning
+restarts a plain DataLoader from the epoch's first batch, so :class:`GlobalIndexSampler` also takes
+the position to start from.
 """
 
 from collections.abc import Callable, Iterator, Sequence
@@ -62,10 +64,13 @@ class GlobalIndexSampler(Sampler[int]):
 
     Args:
         num_samples: samples per epoch.
+        start: global index of the first sample to yield: a run restored mid-epoch passes the
+            samples it has consumed, so it goes on with the batch it would have seen next
+            (``__len__`` stays one epoch, matching Lightning's restored count of the epoch's batches).
     """
 
-    def __init__(self, num_samples: int) -> None:
-        self.num_samples, self.epoch = num_samples, 0
+    def __init__(self, num_samples: int, start: int = 0) -> None:
+        self.num_samples, self.start, self.epoch = num_samples, start, 0
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -74,8 +79,8 @@ class GlobalIndexSampler(Sampler[int]):
         return self.num_samples
 
     def __iter__(self) -> Iterator[int]:
-        start = self.epoch * self.num_samples
-        return iter(range(start, start + self.num_samples))
+        begin = self.epoch * self.num_samples
+        return iter(range(max(begin, self.start), begin + self.num_samples))
 
 
 class BucketBatchSampler(Sampler[list[int]]):

@@ -158,7 +158,7 @@ class TextDataModule(pl.LightningDataModule):
         val_tokens: predict this many validation tokens at every length (capped to the split and
             rounded down to a multiple of the lengths' least common multiple).
         batch_size: windows per batch.
-        train_batches_per_epoch: an epoch is this many random windows batches.
+        train_batches_per_epoch: an epoch is this many batches of random windows.
         seed: seeds the training windows and the loaders.
         num_workers: DataLoader workers.
         data_dir: folder holding the corpus file (``input.txt`` / ``wikitext-2-raw-v1.zip``); no download.
@@ -216,6 +216,14 @@ class TextDataModule(pl.LightningDataModule):
         return self.tokenizer.pad_id
 
     @property
+    def bos_token_id(self) -> int:
+        return self.tokenizer.bos_id
+
+    @property
+    def eos_token_id(self) -> int:
+        return self.tokenizer.eos_id
+
+    @property
     def mask_token_id(self) -> int:
         return self.tokenizer.mask_id
 
@@ -242,7 +250,7 @@ class TextDataModule(pl.LightningDataModule):
         return ids[: n + 1]
 
     def prepare_data(self) -> None:
-        self._data  # downloads (rank 0 first in distributed runs) and tokenizes
+        _ = self._data  # downloads (rank 0 first in distributed runs) and tokenizes
 
     def _loader(self, dataset: Dataset, **kwargs) -> DataLoader:
         return DataLoader(
@@ -256,7 +264,16 @@ class TextDataModule(pl.LightningDataModule):
     def train_dataloader(self) -> DataLoader:
         n = self.train_batches_per_epoch * self.batch_size
         dataset = RandomWindows(self._data.train_ids, self.seq_len, self.seed, n)
-        return self._loader(dataset, sampler=GlobalIndexSampler(n))
+        return self._loader(dataset, sampler=GlobalIndexSampler(n, start=self._samples_consumed()))
+
+    def _samples_consumed(self) -> int:
+        """Training samples drawn before now: 0 for a new run; for a run restored from a checkpoint,
+        its optimizer steps' worth, so the batch at every global step is the same with or without
+        the restart."""
+        trainer = self.trainer
+        if trainer is None:
+            return 0
+        return trainer.global_step * trainer.accumulate_grad_batches * self.batch_size * trainer.world_size
 
     def val_dataloader(self) -> list[DataLoader]:
         ids = self.val_ids

@@ -5,7 +5,7 @@ Every tokenizer reserves the same special ids: ``<pad>``=0, ``<mask>``=1, ``<bos
 """
 
 from collections.abc import Iterable, Sequence
-from typing import Literal, Protocol, Self, get_args
+from typing import Literal, Protocol, TypeVar, get_args
 
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
@@ -42,6 +42,9 @@ class _Specials:
     special_ids = list(range(len(SPECIAL_TOKENS)))
 
 
+_S = TypeVar("_S", bound="_SymbolTokenizer")
+
+
 class _SymbolTokenizer(_Specials):
     """A fixed vocabulary of symbols (characters or words) after the specials; unknown → ``<unk>``.
 
@@ -60,7 +63,7 @@ class _SymbolTokenizer(_Specials):
         raise NotImplementedError
 
     @classmethod
-    def fit(cls, texts: Sequence[str], vocab_size: int = 0) -> Self:
+    def fit(cls: type[_S], texts: Sequence[str], vocab_size: int = 0) -> _S:
         """Vocabulary = every symbol of ``texts``, sorted (``vocab_size`` is ignored: it is implied)."""
         return cls(sorted({s for t in texts for s in cls.split(t)}))
 
@@ -111,7 +114,7 @@ class BPETokenizer(_Specials):
         self.hf = tokenizer
 
     @classmethod
-    def fit(cls, texts: Sequence[str], vocab_size: int = 1024) -> Self:
+    def fit(cls, texts: Sequence[str], vocab_size: int = 1024) -> "BPETokenizer":
         """Train on ``texts``; ``vocab_size`` counts the 256 byte tokens and the specials."""
         alphabet = pre_tokenizers.ByteLevel.alphabet()
         if vocab_size < len(alphabet) + len(SPECIAL_TOKENS):

@@ -211,7 +211,7 @@ class TranslationDataModule(pl.LightningDataModule):
         return self._data.sha256
 
     def prepare_data(self) -> None:
-        self._data
+        _ = self._data
 
     def _loader(self, examples: list[Example], **kwargs) -> DataLoader:
         collate = partial(collate_pairs, pad_id=self.pad_token_id, bos_id=self.bos_token_id, eos_id=self.eos_token_id)

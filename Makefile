@@ -1,0 +1,30 @@
+# Two commands do all set-up on a fresh machine: `make demo` and `make test`.
+PY := .venv/bin/python
+PIP := .venv/bin/pip
+
+.PHONY: demo test test-all bench clean
+
+.venv/.installed: requirements.txt
+	python3 -m venv .venv
+	$(PIP) install -q --upgrade pip
+	$(PIP) install -q -r requirements.txt
+	touch $@
+
+.venv/.installed-test: .venv/.installed requirements-test.txt
+	$(PIP) install -q -r requirements-test.txt
+	touch $@
+
+demo: .venv/.installed
+	$(PY) cli.py sweep experiments/demo.yaml --out runs/demo
+
+test: .venv/.installed-test
+	$(PY) -m pytest -q -m "not slow"
+
+test-all: .venv/.installed-test
+	$(PY) -m pytest -q
+
+bench: .venv/.installed-test
+	$(PY) cli.py bench
+
+clean:
+	rm -rf runs .pytest_cache

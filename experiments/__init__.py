@@ -1,0 +1,1 @@
+"""Experiment tooling: sweeps, reports and benchmarks."""

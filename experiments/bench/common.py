@@ -1,0 +1,147 @@
+"""Shapes and repetition counts of a benchmark run, and the training step every section times."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from lit_modules.optim import parameter_groups
+from models import ArchConfig
+
+POSITIONAL_SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi", "t5")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """Everything a run's size depends on. `FULL` holds the issue's shapes; `SMOKE` is tiny and
+    runs each measurement once (it checks that every section runs, not how fast)."""
+
+    smoke: bool = False
+    reps: int = 7  # interleaved repetitions of a timed comparison
+    warmup: int = 1  # untimed calls per candidate before its repetitions
+    # matmul peak (MFU's denominator)
+    peak_size: int = 2048
+    peak_tries: int = 5
+    # the GPT of the training, Lightning, sweep and data sections
+    vocab_size: int = 65
+    d_model: int = 128
+    n_layers: int = 4
+    n_heads: int = 4
+    seq_len: int = 128
+    batch_size: int = 32
+    compile: bool = False  # time torch.compile (cold compile and steady state); never in smoke
+    # Lightning overhead: `lightning_reps` chunks of `lightning_chunk` steps each
+    lightning_chunk: int = 10
+    lightning_reps: int = 7
+    # sequence-length scaling at a fixed number of tokens per batch
+    seq_lengths: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048)
+    seq_tokens: int = 4096
+    seq_reps: int = 3
+    # generation: new tokens after a prompt, per batch size; repetitions per batch size
+    gen_new_tokens: int = 256
+    gen_prompt: int = 8
+    gen_batches: tuple[int, ...] = (1, 32)
+    gen_reps: tuple[int, ...] = (3, 1)
+    # ViT
+    vit_image: int = 32
+    vit_patch: int = 4
+    vit_d_model: int = 192
+    vit_depth: int = 6
+    vit_heads: int = 3
+    vit_classes: int = 10
+    vit_batch: int = 64
+    # sweeps: training steps each worker process times
+    sweep_steps: int = 8
+    # data loading: steps timed
+    data_steps: int = 20
+
+    def arch(self, **overrides) -> ArchConfig:
+        fields = dict(
+            vocab_size=self.vocab_size,
+            d_model=self.d_model,
+            n_layers=self.n_layers,
+            n_heads=self.n_heads,
+            max_seq_len=self.seq_len,
+        )
+        return ArchConfig(**(fields | overrides))
+
+
+FULL = Settings()
+SMOKE = replace(
+    FULL,
+    smoke=True,
+    reps=1,
+    warmup=1,
+    peak_size=256,
+    peak_tries=1,
+    d_model=32,
+    n_layers=1,
+    n_heads=2,
+    seq_len=16,
+    batch_size=4,
+    lightning_chunk=2,
+    lightning_reps=1,
+    seq_lengths=(8, 16, 32),
+    seq_tokens=64,
+    seq_reps=1,
+    gen_new_tokens=6,
+    gen_prompt=2,
+    gen_batches=(1, 4),
+    gen_reps=(1, 1),
+    vit_image=8,
+    vit_patch=4,
+    vit_d_model=32,
+    vit_depth=1,
+    vit_heads=2,
+    vit_batch=4,
+    sweep_steps=1,
+    data_steps=2,
+)
+
+
+def token_batch(batch: int, seq: int, vocab: int, seed: int = 0) -> tuple[Tensor, Tensor]:
+    """Random (input_ids, labels), each (batch, seq)."""
+    g = torch.Generator().manual_seed(seed)
+    ids = torch.randint(0, vocab, (batch, seq + 1), generator=g)
+    return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
+
+
+def make_optimizer(model: nn.Module) -> torch.optim.Optimizer:
+    """The suite's optimiser (`lit_modules.optim`: fused AdamW, decay on matrices only) for any
+    model, so every candidate pays the same optimiser step."""
+    return torch.optim.AdamW(parameter_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.95), fused=True)
+
+
+def lm_train_step(
+    model: nn.Module,
+    input_ids: Tensor,
+    labels: Tensor,
+    forward: Callable[[nn.Module, Tensor], Tensor] | None = None,
+) -> Callable[[], float]:
+    """A closure running one forward + cross entropy + backward + AdamW step on a fixed batch.
+    `forward(model, ids)` returns logits (default: `model(ids)`)."""
+    model.train()
+    optimizer = make_optimizer(model)
+
+    def step() -> float:
+        logits = forward(model, input_ids) if forward is not None else model(input_ids)
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        return loss.detach()
+
+    return step
+
+
+
+@dataclass
+class Context:
+    """What every section receives: the run's settings and the matmul peak measured at start."""
+
+    settings: Settings
+    peak_flops: float  # fp32 FLOP/s of a large square matmul, best of several

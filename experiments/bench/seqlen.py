@@ -1,0 +1,109 @@
+"""Sequence-length scaling of a training step per positional scheme, at a fixed number of tokens
+per batch: time, peak memory, whether a T×T tensor is built and which SDPA kernel runs.
+
+Memory is what torch's CPU allocator reports through `torch.profiler` (profile_memory=True): the
+highest level of bytes live during one training step above the level when the step began, i.e.
+activations, gradients, temporaries and any T×T mask, but not the parameters and optimiser state
+that already existed. Allocations made outside torch's allocator (oneDNN/MKL scratch buffers)
+are not seen. The same profiled step gives the names of the SDPA kernels that ran.
+"""
+
+from __future__ import annotations
+
+import itertools
+
+import torch
+from torch.profiler import ProfilerActivity, profile
+
+from models import GPT
+
+from .common import POSITIONAL_SCHEMES, Context, lm_train_step, token_batch
+from .report import Section, Table, Target
+from .timing import interleaved
+from .training import sdpa_mask_of
+
+# SDPA's CPU implementations as torch.profiler names them
+KERNELS = {
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "flash (CPU)",
+    "aten::_scaled_dot_product_attention_math": "math (materialises T×T scores)",
+    "aten::_scaled_dot_product_efficient_attention": "mem-efficient",
+}
+FUSED_SCHEMES = ("rope", "sinusoidal", "learned", "none")  # the issue's "no T×T tensor" schemes
+BIASED_SCHEMES = ("alibi", "t5")
+
+
+def profile_step(step) -> tuple[int, set[str]]:
+    """(peak bytes above the starting level, SDPA kernels) of one call of `step`."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events = prof.profiler.kineto_results.events()
+    memory = sorted((e for e in events if e.name() == "[memory]"), key=lambda e: e.start_ns())
+    live = itertools.accumulate((e.nbytes() for e in memory), initial=0)
+    kernels = {KERNELS[e.name()] for e in events if e.name() in KERNELS}
+    return max(live), kernels
+
+
+def run(ctx: Context) -> Section:
+    s = ctx.settings
+    section = Section("seqlen", "Sequence-length scaling (training step, fixed tokens per batch)")
+    lengths = [T for T in s.seq_lengths if T <= s.seq_tokens]
+    models = {}
+    for pos in POSITIONAL_SCHEMES:
+        torch.manual_seed(0)
+        models[pos] = GPT(s.arch(pos_encoding=pos, max_seq_len=max(lengths)))
+    results: dict[str, dict[int, dict]] = {pos: {} for pos in POSITIONAL_SCHEMES}
+    for T in lengths:
+        ids, labels = token_batch(s.seq_tokens // T, T, s.vocab_size)
+        steps = {pos: lm_train_step(m, ids, labels) for pos, m in models.items()}
+        for pos, step in steps.items():
+            step()  # warm-up: the optimiser state is created here, outside the profiled step
+            peak, kernels = profile_step(step)
+            results[pos][T] = {"peak_bytes": peak, "kernels": sorted(kernels), "mask": sdpa_mask_of(models[pos], T)}
+        for pos, t in interleaved(steps, s.seq_reps, warmup=0).items():
+            results[pos][T]["timing"] = t
+    section.data = {
+        "tokens_per_batch": s.seq_tokens,
+        "lengths": lengths,
+        "schemes": {
+            pos: {str(T): r | {"timing": r["timing"].to_json()} for T, r in by_len.items()} for pos, by_len in results.items()
+        },
+    }
+
+    head = ["scheme"] + [f"T={T}" for T in lengths]
+    time_table = Table(head, title=f"Step time, median ms (n={s.seq_reps}), {s.seq_tokens} tokens per batch (batch = {s.seq_tokens}/T)")
+    mem_table = Table(head, title="Peak memory of a step above its start, MiB (torch CPU allocator, via torch.profiler)")
+    kernel_table = Table(["scheme", "SDPA kernel(s) seen", f"mask given to SDPA at T={lengths[-1]}"], title="Attention path")
+    for pos, by_len in results.items():
+        time_table.add(pos, *[f"{by_len[T]['timing'].median * 1e3:.4g}" for T in lengths])
+        mem_table.add(pos, *[f"{by_len[T]['peak_bytes'] / 2**20:.1f}" for T in lengths])
+        kernels = sorted(set().union(*(by_len[T]["kernels"] for T in lengths)))
+        kernel_table.add(pos, ", ".join(kernels) or "?", by_len[lengths[-1]]["mask"])
+    section.tables += [time_table, mem_table, kernel_table]
+
+    short, long = (64, 1024) if {64, 1024} <= set(lengths) else (lengths[0], lengths[-1])
+    for pos in FUSED_SCHEMES:
+        by_len = results[pos]
+        masks = [T for T in lengths if not by_len[T]["mask"].startswith("None")]
+        math = [T for T in lengths if any(k.startswith("math") for k in by_len[T]["kernels"])]
+        tt = bool(masks or math)
+        section.targets.append(
+            Target(
+                f"{pos}: no T×T tensor (1 = none built)",
+                0.0 if tt else 1.0,
+                1.0,
+                detail=f"mask at T={masks}, math kernel at T={math}" if tt else "mask None and flash kernel at every T",
+            )
+        )
+        ratio = by_len[long]["timing"].median / by_len[short]["timing"].median
+        section.targets.append(Target(f"{pos}: step time T={long} ÷ T={short}", ratio, 2.0, higher_is_better=False))
+    for pos in BIASED_SCHEMES:
+        ratio = results[pos][long]["timing"].median / results["none"][long]["timing"].median
+        section.targets.append(
+            Target(f"{pos}: step time ÷ none at T={long}", ratio, 1.5, higher_is_better=False, detail=results[pos][long]["mask"])
+        )
+    section.notes.append(
+        "Memory: bytes live in torch's CPU allocator during one step above those live when it began "
+        "(activations, gradients, temporaries, masks; not parameters or optimiser state), from torch.profiler "
+        "memory events; oneDNN/MKL scratch outside the allocator is not seen."
+    )
+    return section

@@ -1,0 +1,158 @@
+"""Checks every cell of a spec with the suite's own parser before any run starts.
+
+Each cell's arguments go through `cli.cli_main(..., run=False)` with a CLI class that stops after
+parsing, so a bad key or value gets jsonargparse's own message (with the valid choices) in well
+under a second, and nothing is built, downloaded or trained. The dataclass-typed arguments
+(`ArchConfig`, `OptimConfig`, ...) are then constructed, so their cross-field checks (`n_heads`
+divides `d_model`) also fail here rather than minutes into a sweep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import io
+import json
+import logging
+import typing
+from dataclasses import dataclass
+from typing import Any
+
+from cli import SuiteCLI, cli_main
+from experiments.spec import Cell, Spec, SpecError, format_value
+
+SEEDED_GROUPS = ("data", "model")  # a `seed` argument of these classes gets the run's seed
+
+
+class _ParseOnlyCLI(SuiteCLI):
+    """The suite's CLI, stopping after parsing and validating the arguments."""
+
+    def instantiate_classes(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class CheckedCell:
+    """What the parse of a cell tells the runner and the report.
+
+    Args:
+        cell: the cell.
+        seed_keys: keys that take the run's seed besides `seed_everything` (`data.init_args.seed`).
+        axis_values: the resolved value of every axis key for this cell (also where it did not set it).
+    """
+
+    cell: Cell
+    seed_keys: tuple[str, ...]
+    axis_values: dict[str, Any]
+
+
+def override_args(overrides: dict[str, Any]) -> list[str]:
+    """`--key=value` for each override; the `=` form keeps values such as `-1` from reading as flags."""
+    return [f"--{key}={format_value(value)}" for key, value in overrides.items()]
+
+
+def cell_args(spec: Spec, cell: Cell) -> list[str]:
+    """The arguments that define a cell: base configs, then fixed, then the cell's overrides."""
+    configs = [arg for path in spec.base for arg in ("-c", path)]
+    return configs + override_args(spec.fixed) + override_args(cell.overrides)
+
+
+def parse(args: list[str]) -> Any:
+    """Parses `cli.py` arguments (no subcommand) into a jsonargparse Namespace; builds nothing.
+
+    Raises:
+        SpecError: with jsonargparse's message (which names the key and the valid choices).
+    """
+    seed_log = logging.getLogger("lightning.fabric.utilities.seed")
+    level = seed_log.level
+    seed_log.setLevel(logging.WARNING)  # "Seed set to 0" once per cell is noise here
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            return cli_main(args, run=False, cli_class=_ParseOnlyCLI).config
+    except SystemExit:
+        text = stderr.getvalue()
+        raise SpecError(text[text.find("error:") :].strip() if "error:" in text else text.strip()) from None
+    finally:
+        seed_log.setLevel(level)
+
+
+def resolve(config: Any, key: str) -> Any:
+    """The value of a dotted CLI key in a parsed config; `model.arch.x` is `model.init_args.arch.x`."""
+    head, _, rest = key.partition(".")
+    for candidate in (key, f"{head}.init_args.{rest}"):
+        with contextlib.suppress(KeyError, AttributeError):
+            if candidate in config:
+                value = config[candidate]
+                return value.as_dict() if hasattr(value, "as_dict") else value
+    raise KeyError(key)
+
+
+def _build_dataclasses(config: Any, group: str) -> None:
+    """Constructs the dataclass-typed init args of `group`'s class, running their own checks."""
+    spec = config.get(group)
+    if spec is None or "class_path" not in spec:
+        return
+    module, _, name = spec.class_path.rpartition(".")
+    hints = typing.get_type_hints(getattr(importlib.import_module(module), name).__init__)
+    for arg, value in (spec.get("init_args") or {}).items():
+        kind = hints.get(arg)
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind) and hasattr(value, "as_dict"):
+            try:
+                kind(**value.as_dict())
+            except (TypeError, ValueError) as err:
+                raise SpecError(f"{group}.{arg}: {err}") from None
+
+
+def _check_logger(config: Any) -> None:
+    logger = config.get("trainer.logger")
+    class_path = getattr(logger, "class_path", None) or (logger or {}).get("class_path", "")
+    if not str(class_path).endswith("TensorBoardLogger"):
+        raise SpecError(f"trainer.logger must be a TensorBoardLogger (the sweep reads its event files), got {logger!r}")
+
+
+def check_cell(spec: Spec, cell: Cell) -> tuple[CheckedCell, str]:
+    """Parses one cell's arguments; returns what the runner needs and a fingerprint of its config.
+
+    Args:
+        spec: the sweep.
+        cell: one of its cells.
+
+    Raises:
+        SpecError: naming the cell and the problem.
+    """
+    try:
+        config = parse(cell_args(spec, cell))
+        _build_dataclasses(config, "model")
+        _build_dataclasses(config, "data")
+        _check_logger(config)
+    except SpecError as err:
+        raise SpecError(f"cell {cell.name!r} ({spec.path}): {err}") from None
+    seed_keys = tuple(f"{g}.init_args.seed" for g in SEEDED_GROUPS if f"{g}.init_args.seed" in config)
+    axis_values = {key: resolve(config, key) for key in spec.axes}
+    fingerprint = json.dumps(config.as_dict(), sort_keys=True, default=str)
+    return CheckedCell(cell, seed_keys, axis_values), fingerprint
+
+
+def check_spec(spec: Spec) -> dict[str, CheckedCell]:
+    """Checks every cell and that no two cells resolve to the same configuration.
+
+    Args:
+        spec: the sweep.
+
+    Returns:
+        The checked cells by name, in spec order.
+    """
+    checked: dict[str, CheckedCell] = {}
+    seen: dict[str, str] = {}
+    for cell in spec.cells:
+        result, fingerprint = check_cell(spec, cell)
+        if fingerprint in seen:
+            raise SpecError(
+                f"cells {seen[fingerprint]!r} and {cell.name!r} resolve to the same configuration; "
+                "every cell must differ from the others"
+            )
+        seen[fingerprint] = cell.name
+        checked[cell.name] = result
+    return checked

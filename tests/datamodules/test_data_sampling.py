@@ -1,0 +1,106 @@
+"""Samplers, the Lightning fit loop driving them, and the CLI parsing the DataModules' signatures."""
+
+from argparse import ArgumentError
+
+import lightning.pytorch as pl
+import pytest
+import torch
+from jsonargparse import ArgumentParser
+
+from datamodules import AlgorithmicDataModule, ImageDataModule, TextDataModule, TranslationDataModule
+from datamodules.sampling import BucketBatchSampler, EpochSampler, GlobalIndexSampler, mix
+
+
+def test_mix_is_stable_and_fits_int64() -> None:
+    assert mix(0, 1) == mix(0, 1) != mix(1, 0)
+    assert 0 <= mix(2**70, -5) < 2**63
+    assert mix(0, 1) == 6431972100845284338  # golden value: changing mix changes every run's data
+
+
+def test_epoch_sampler() -> None:
+    s = EpochSampler(10, seed=0)
+    e0 = list(s)
+    assert sorted(e0) == list(range(10)) and e0 == list(s)
+    s.set_epoch(1)
+    assert list(s) != e0 and list(EpochSampler(10, 0, shuffle=False)) == list(range(10))
+
+
+def test_global_index_sampler() -> None:
+    s = GlobalIndexSampler(4)
+    s.set_epoch(2)
+    assert list(s) == [8, 9, 10, 11] and len(s) == 4
+
+
+def test_bucket_batch_sampler_len_matches_iteration() -> None:
+    for n, bs, chunk in [(100, 7, 3), (21, 7, 3), (5, 8, 2)]:
+        s = BucketBatchSampler(EpochSampler(n, 0), list(range(n)), bs, chunk)
+        batches = list(s)
+        assert len(batches) == len(s) and sorted(i for b in batches for i in b) == list(range(n))
+
+
+class Recorder(pl.LightningModule):
+    """Records the batches Lightning feeds it; learns nothing."""
+
+    def __init__(self, key: str) -> None:
+        super().__init__()
+        self.key, self.w = key, torch.nn.Parameter(torch.zeros(()))
+        self.train_batches: list[tuple[int, torch.Tensor]] = []
+        self.val_loaders: set[int] = set()
+
+    def training_step(self, batch, batch_idx):
+        self.train_batches.append((self.current_epoch, batch[self.key]))
+        return self.w * 0.0
+
+    def validation_step(self, batch, batch_idx, dataloader_idx=0):
+        self.val_loaders.add(dataloader_idx)
+
+    def configure_optimizers(self):
+        return torch.optim.SGD(self.parameters(), lr=0.0)
+
+
+def fit(dm: pl.LightningDataModule, key: str) -> Recorder:
+    model = Recorder(key)
+    trainer = pl.Trainer(
+        max_epochs=2, limit_train_batches=2, limit_val_batches=1, num_sanity_val_steps=0, accelerator="cpu",
+        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+    )
+    trainer.fit(model, datamodule=dm)
+    return model
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")  # few workers / small limits
+def test_lightning_sets_epochs_for_text() -> None:
+    dm = TextDataModule(seq_len=8, eval_lengths=[8, 16], batch_size=2, train_batches_per_epoch=5)
+    model = fit(dm, "input_ids")
+    assert model.val_loaders == {0, 1}  # one loader per eval length
+    dataset = dm.train_dataloader().dataset
+    epoch1 = [x for epoch, x in model.train_batches if epoch == 1]
+    # epoch 1 starts at global sample index 1 * 5 * 2 = 10: fresh windows, reproducible after a restart
+    assert torch.equal(epoch1[0][0], dataset[10]["input_ids"])
+
+
+@pytest.mark.filterwarnings("ignore::UserWarning")
+def test_lightning_sets_epochs_for_bucketed_translation() -> None:
+    dm = TranslationDataModule(split="length", batch_size=8)
+    model = fit(dm, "src_ids")
+    loader = dm.train_dataloader()
+    loader.batch_sampler.sampler.set_epoch(1)
+    epoch1 = [x for epoch, x in model.train_batches if epoch == 1]
+    assert torch.equal(epoch1[0], next(iter(loader))["src_ids"])
+
+
+@pytest.mark.parametrize(
+    ("cls", "args", "attr", "value", "bad"),
+    [
+        (TextDataModule, ["--corpus=wikitext2", "--eval_lengths=[16, 32]"], "eval_lengths", [16, 32], "--corpus=x"),
+        (TranslationDataModule, ["--dataset=multi30k", "--tokenizer=bpe"], "tokenizer", "bpe", "--split=x"),
+        (ImageDataModule, ["--dataset=cifar10", "--augment=false"], "augment", False, "--dataset=x"),
+        (AlgorithmicDataModule, ["--task=addition", "--test_max_len=30"], "test_max_len", 30, "--task=x"),
+    ],
+)
+def test_signatures_parse_as_cli_flags(cls: type, args: list[str], attr: str, value: object, bad: str) -> None:
+    parser = ArgumentParser(exit_on_error=False)
+    parser.add_class_arguments(cls)
+    assert parser.parse_args(args)[attr] == value
+    with pytest.raises(ArgumentError, match="Literal"):  # choices are enforced
+        parser.parse_args([bad])

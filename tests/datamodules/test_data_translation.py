@@ -1,0 +1,97 @@
+from pathlib import Path
+from typing import get_args
+
+import pytest
+import torch
+
+from datamodules.translation import DATASETS, TranslationDataModule, TranslationDatasetName
+
+
+def check_batch(batch: dict, dm: TranslationDataModule) -> None:
+    B, S = batch["src_ids"].shape
+    T = batch["tgt_in"].shape[1]
+    assert batch["src_mask"].shape == (B, S) and batch["tgt_out"].shape == (B, T) and len(batch["tgt_text"]) == B
+    mask = batch["src_mask"].bool()
+    assert torch.all(batch["src_ids"][~mask] == dm.pad_token_id)
+    assert torch.all(batch["src_ids"][mask] != dm.pad_token_id)
+    assert torch.all(batch["tgt_in"][:, 0] == dm.bos_token_id)
+    real = batch["tgt_out"] != -100
+    # tgt_in is tgt_out shifted right by one: [bos] + target vs target + [eos]
+    assert torch.equal(batch["tgt_in"][:, 1:][real[:, 1:]], batch["tgt_out"][:, :-1][real[:, 1:]])
+    lengths = real.sum(1)
+    assert torch.all(batch["tgt_out"][torch.arange(B), lengths - 1] == dm.eos_token_id)
+    assert torch.all(batch["tgt_in"][~real] == dm.pad_token_id)
+    assert batch["src_ids"].dtype == batch["tgt_in"].dtype == batch["tgt_out"].dtype == torch.long
+
+
+def test_dataset_registry_matches_literal() -> None:
+    assert set(DATASETS) == set(get_args(TranslationDatasetName))
+
+
+def test_scan_properties_before_setup_and_special_ids() -> None:
+    dm = TranslationDataModule(split="length")
+    assert (dm.pad_token_id, dm.bos_token_id, dm.eos_token_id) == (0, 2, 3)
+    assert dm.vocab_size == 5 + 13 + 6  # specials, 13 command words, 6 actions
+    assert dm.tokenizer.decode(dm.tokenizer.encode("jump twice")) == "jump twice"
+    assert len(dm.data_checksum) == 64
+
+
+@pytest.mark.parametrize(("split", "sizes"), [("length", (16990, 1000, 3920)), ("simple", (16728, 1000, 4182))])
+def test_scan_splits_and_batches(split: str, sizes: tuple[int, int, int]) -> None:
+    dm = TranslationDataModule(split=split, batch_size=32)
+    loaders = dm.train_dataloader(), dm.val_dataloader(), dm.test_dataloader()
+    assert tuple(len(loader.dataset) for loader in loaders) == sizes
+    val_texts = {t for _, _, t in dm._data.val}
+    assert val_texts <= {t for _, _, t in dm._data.test}  # val is a subset of test
+    batch = next(iter(loaders[0]))
+    check_batch(batch, dm)
+    real = batch["tgt_out"][0][batch["tgt_out"][0] >= 0].tolist()
+    assert dm.tokenizer.decode(real) == batch["tgt_text"][0]
+
+
+def test_scan_training_order_is_deterministic_bucketed_and_reshuffled() -> None:
+    def first(seed: int, epoch: int = 0) -> list[list[int]]:
+        dm = TranslationDataModule(split="length", batch_size=64, seed=seed)
+        loader = dm.train_dataloader()
+        loader.batch_sampler.sampler.set_epoch(epoch)
+        return list(loader.batch_sampler)
+
+    a = first(0)
+    assert a == first(0) and a != first(1) and a != first(0, epoch=1)
+    assert sorted(i for b in a for i in b) == list(range(16990))  # every pair once per epoch
+    dm = TranslationDataModule(split="length")
+    lengths = [len(s) + len(t) for s, t, _ in dm._data.train]
+    spread = sum(max(lengths[i] for i in b) - min(lengths[i] for i in b) for b in a) / len(a)
+    assert spread < 3  # bucketing: lengths within a batch are close (random batches: ~20)
+
+
+def test_max_len_truncates() -> None:
+    dm = TranslationDataModule(split="length", max_len=8, batch_size=512)
+    batch = next(iter(dm.test_dataloader()))
+    assert batch["tgt_in"].shape[1] == 8 and batch["tgt_out"].shape[1] == 8
+
+
+@pytest.fixture(scope="module")
+def multi30k(shared_data) -> TranslationDataModule:
+    path = shared_data("multi30k")  # skips when the shared copy is absent
+    return TranslationDataModule(dataset="multi30k", data_dir=str(path), bpe_vocab_size=1000, batch_size=16)
+
+
+def test_multi30k_sizes_and_alignment(multi30k: TranslationDataModule) -> None:
+    data = multi30k._data
+    assert (len(data.train), len(data.val), len(data.test)) == (29000, 1014, 1000)
+    assert multi30k.tokenizer_name == "bpe" and multi30k.vocab_size == 1000
+    first_src = multi30k.tokenizer.decode(data.train[0][0])
+    assert first_src.startswith("Zwei junge weiße Männer") and data.train[0][2].startswith("Two young, White males")
+    assert len(multi30k.data_checksum) == 64
+
+
+def test_multi30k_batches(multi30k: TranslationDataModule) -> None:
+    for loader in (multi30k.train_dataloader(), multi30k.val_dataloader()):
+        check_batch(next(iter(loader)), multi30k)
+
+
+def test_multi30k_missing_data_dir(tmp_path: Path) -> None:
+    with pytest.raises(FileNotFoundError, match="github.*multi30k") as e:
+        _ = TranslationDataModule(dataset="multi30k", data_dir=str(tmp_path)).vocab_size
+    assert str(tmp_path / "train.de.gz") in str(e.value)

@@ -1,0 +1,53 @@
+"""Length-extrapolation evaluation: one loss per evaluation length, nan beyond a learned table."""
+
+from __future__ import annotations
+
+import math
+
+import lightning.pytorch as pl
+import pytest
+
+from datamodules.text import TextDataModule
+from lit_modules import CausalLM, DivergenceGuard, RunMetadata
+from lit_modules.optim import OptimConfig
+from models import ArchConfig
+
+from cli import describe_data
+
+
+def _fit(pos: str, tmp_path, lr: float = 3e-3, callbacks=()):
+    data = TextDataModule(seq_len=16, eval_lengths=[16, 32, 64], val_tokens=1024, batch_size=8, train_batches_per_epoch=50)
+    model = CausalLM(
+        ArchConfig(d_model=32, n_layers=1, n_heads=2, max_seq_len=16, pos_encoding=pos),
+        OptimConfig(lr=lr, warmup_steps=0),
+        data_info=describe_data(data),
+        sample_tokens=8,
+    )
+    trainer = pl.Trainer(
+        max_steps=6, val_check_interval=6, limit_val_batches=4, logger=pl.loggers.TensorBoardLogger(tmp_path),
+        enable_progress_bar=False, enable_checkpointing=False, callbacks=list(callbacks), deterministic=True,
+    )
+    trainer.fit(model, data)
+    return trainer
+
+
+@pytest.mark.parametrize("pos", ["learned", "alibi"])
+def test_loss_at_every_length(pos, tmp_path):
+    metrics = _fit(pos, tmp_path).callback_metrics
+    assert metrics["val/loss"] == metrics["val/loss@16"]
+    assert metrics["val/bpt"] == pytest.approx(float(metrics["val/loss"]) / math.log(2))
+    assert math.isfinite(metrics["val/ppl"])
+    beyond = [float(metrics[f"val/loss@{n}"]) for n in (32, 64)]
+    if pos == "learned":
+        assert all(math.isnan(v) for v in beyond)
+    else:
+        assert all(math.isfinite(v) for v in beyond)
+
+
+def test_divergence_is_recorded(tmp_path):
+    import json
+
+    trainer = _fit("rope", tmp_path, lr=1e3, callbacks=[RunMetadata(), DivergenceGuard(max_loss=10.0)])
+    info = json.loads((tmp_path / "lightning_logs/version_0/run.json").read_text())
+    assert info["status"] == "diverged" and info["diverged_at_step"] <= 6
+    assert trainer.global_step <= 6

@@ -1,0 +1,30 @@
+import torch
+
+from lit_modules.masked_lm import MaskingConfig, mask_tokens
+
+
+def _mask(seed: int, ids: torch.Tensor, cfg=MaskingConfig()):
+    return mask_tokens(ids, cfg, mask_id=1, vocab_size=50, special_ids=[0, 1, 2, 3], generator=torch.Generator().manual_seed(seed))
+
+
+def test_bert_masking_proportions_and_specials():
+    ids = torch.randint(4, 50, (64, 256))
+    ids[:, :8] = 0  # padding / special tokens are never selected
+    inputs, labels = _mask(0, ids)
+    selected = labels != -100
+    assert not selected[:, :8].any()
+    rate = selected[:, 8:].float().mean().item()
+    assert abs(rate - 0.15) < 0.01
+    assert (labels[selected] == ids[selected]).all()  # labels are the original tokens
+    masked = (inputs == 1) & selected
+    kept = (inputs == ids) & selected
+    assert abs(masked.sum() / selected.sum() - 0.8) < 0.03
+    assert abs(kept.sum() / selected.sum() - 0.1) < 0.03 + 1 / 46  # random tokens can hit the original
+    assert (inputs[~selected] == ids[~selected]).all()
+
+
+def test_masking_is_seeded():
+    ids = torch.randint(4, 50, (4, 64))
+    a, b, c = _mask(1, ids), _mask(1, ids), _mask(2, ids)
+    assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
+    assert not torch.equal(a[1], c[1])

@@ -1,0 +1,362 @@
+"""Parity of `models.interop.from_reference` with transformers / timm reference models.
+
+Reference models are built from tiny configs with random init (nothing is downloaded); every
+parameter is then perturbed so that biases, norm weights and tables (zero or one at init) are
+really transferred. Outputs must match within 1e-4 (max abs diff) in float32, both in eval mode.
+"""
+
+from __future__ import annotations
+
+import pytest
+import torch
+from torch import nn
+
+transformers = pytest.importorskip("transformers")
+timm_vit = pytest.importorskip("timm.models.vision_transformer")
+
+from models.interop import CONVERTERS, from_reference  # noqa: E402
+from models.positional import t5_relative_bucket  # noqa: E402
+
+TOL = 1e-4
+
+
+def _perturb(ref: nn.Module, seed: int) -> nn.Module:
+    """Random offsets on every parameter (tied ones once), so nothing sits at its init value."""
+    torch.manual_seed(seed)
+    with torch.no_grad():
+        for p in ref.parameters():
+            p.add_(torch.randn_like(p) * 0.05)
+    return ref.eval()
+
+
+def _ids(vocab: int, batch: int, length: int, seed: int) -> torch.Tensor:
+    return torch.randint(0, vocab, (batch, length), generator=torch.Generator().manual_seed(seed))
+
+
+def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
+    assert a.shape == b.shape, (a.shape, b.shape)
+    return (a - b).abs().max().item()
+
+
+# ------------------------------------------------------------------------------------------------
+# decoders: GPT-2, Llama, BLOOM -> GPT
+
+DECODER_CASES = {
+    "gpt2-tied-gelu_new": (
+        transformers.GPT2Config,
+        transformers.GPT2LMHeadModel,
+        dict(
+            vocab_size=97,
+            n_embd=32,
+            n_layer=2,
+            n_head=4,
+            n_positions=24,
+            activation_function="gelu_new",
+            bos_token_id=0,
+            eos_token_id=0,
+        ),
+        True,
+    ),
+    "gpt2-untied-gelu-ninner-unscaled": (
+        transformers.GPT2Config,
+        transformers.GPT2LMHeadModel,
+        dict(
+            vocab_size=64,
+            n_embd=48,
+            n_layer=1,
+            n_head=3,
+            n_inner=80,
+            n_positions=20,
+            activation_function="gelu",
+            scale_attn_weights=False,
+            tie_word_embeddings=False,
+            bos_token_id=0,
+            eos_token_id=0,
+        ),
+        False,
+    ),
+    "llama-gqa-untied": (
+        transformers.LlamaConfig,
+        transformers.LlamaForCausalLM,
+        dict(
+            vocab_size=101,
+            hidden_size=32,
+            intermediate_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=4,
+            num_key_value_heads=2,
+            rope_theta=10000.0,
+        ),
+        False,
+    ),
+    "llama-mqa-tied-theta500-partial_factor": (
+        transformers.LlamaConfig,
+        transformers.LlamaForCausalLM,
+        dict(
+            vocab_size=64,
+            hidden_size=64,
+            intermediate_size=96,
+            num_hidden_layers=2,
+            num_attention_heads=8,
+            num_key_value_heads=1,
+            rope_theta=500.0,
+            partial_rotary_factor=0.5,  # Llama's default RoPE ignores it: full-head rotation
+            rms_norm_eps=1e-5,
+            tie_word_embeddings=True,
+        ),
+        True,
+    ),
+    "llama-mha-attn_bias-geglu": (
+        transformers.LlamaConfig,
+        transformers.LlamaForCausalLM,
+        dict(
+            vocab_size=50,
+            hidden_size=48,
+            intermediate_size=64,
+            num_hidden_layers=1,
+            num_attention_heads=6,
+            attention_bias=True,
+            hidden_act="gelu_pytorch_tanh",
+        ),
+        False,
+    ),
+    "bloom-tied": (
+        transformers.BloomConfig,
+        transformers.BloomForCausalLM,
+        dict(vocab_size=80, hidden_size=32, n_layer=2, n_head=4),
+        True,
+    ),
+    "bloom-untied-6heads": (  # not a power of two: the interleaved extra ALiBi slopes
+        transformers.BloomConfig,
+        transformers.BloomForCausalLM,
+        dict(vocab_size=70, hidden_size=48, n_layer=2, n_head=6, tie_word_embeddings=False),
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(DECODER_CASES))
+def test_decoder_parity(case, max_diffs):
+    config_cls, model_cls, kwargs, tied = DECODER_CASES[case]
+    torch.manual_seed(0)
+    ref = _perturb(model_cls(config_cls(attn_implementation="eager", **kwargs)), seed=1)
+    model = from_reference(ref)
+    assert not model.training and model.cfg.tie_embeddings == tied
+    ids = _ids(kwargs["vocab_size"], batch=3, length=17, seed=2)
+    with torch.no_grad():
+        diff = _max_diff(model(ids), ref(ids).logits)
+    max_diffs[case.split("-")[0]] = max(max_diffs.get(case.split("-")[0], 0.0), diff)
+    assert diff < TOL
+
+
+# ------------------------------------------------------------------------------------------------
+# BERT -> BertMLM
+
+BERT_CASES = {
+    "bert-tied-gelu": (
+        dict(vocab_size=90, hidden_size=32, num_hidden_layers=2, num_attention_heads=4, intermediate_size=64),
+        True,
+    ),
+    "bert-untied-gelu_new": (
+        dict(
+            vocab_size=60,
+            hidden_size=48,
+            num_hidden_layers=2,
+            num_attention_heads=6,
+            intermediate_size=72,
+            hidden_act="gelu_new",
+            tie_word_embeddings=False,
+        ),
+        False,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(BERT_CASES))
+def test_bert_parity(case, max_diffs):
+    kwargs, tied = BERT_CASES[case]
+    torch.manual_seed(0)
+    config = transformers.BertConfig(attn_implementation="eager", max_position_embeddings=40, **kwargs)
+    ref = _perturb(transformers.BertForMaskedLM(config), seed=1)
+    model = from_reference(ref)
+    assert not model.training and model.cfg.tie_embeddings == tied
+    ids = _ids(kwargs["vocab_size"], batch=3, length=19, seed=2)
+    mask = torch.ones_like(ids)
+    mask[1, -4:] = 0  # right padding
+    mask[2, -11:] = 0
+    with torch.no_grad():
+        ours, theirs = model(ids, attention_mask=mask), ref(ids, attention_mask=mask).logits
+    real = mask.bool()
+    diff = _max_diff(ours[real], theirs[real])
+    max_diffs["bert"] = max(max_diffs.get("bert", 0.0), diff)
+    assert diff < TOL
+
+
+# ------------------------------------------------------------------------------------------------
+# T5 -> EncoderDecoder
+
+T5_CASES = {
+    # original T5: relu, head tied and the decoder output scaled by d_model**-0.5
+    "t5-relu-scaled": (dict(d_model=32, d_kv=8, num_heads=4, d_ff=64, num_layers=2), False, False),
+    # v1.1: gated-gelu (tanh), tie_word_embeddings=False means "no scaling"; few buckets, short
+    # max_distance so the 24-token source reaches the logarithmic and saturated buckets
+    "t5-geglu-unscaled": (
+        dict(
+            d_model=48,
+            d_kv=12,
+            num_heads=4,
+            d_ff=40,
+            num_layers=2,
+            feed_forward_proj="gated-gelu",
+            tie_word_embeddings=False,
+            relative_attention_num_buckets=8,
+            relative_attention_max_distance=20,
+            initializer_factor=0.3,  # unscaled head on std-1 embeddings: keep the logits O(10)
+        ),
+        True,
+        False,
+    ),
+    # gated-silu with a separate (untied) lm_head swapped into the reference
+    "t5-swiglu-separate-head": (
+        dict(
+            d_model=32,
+            d_kv=16,
+            num_heads=2,
+            d_ff=48,
+            num_layers=1,
+            feed_forward_proj="gated-silu",
+            tie_word_embeddings=False,
+            relative_attention_num_buckets=16,
+            relative_attention_max_distance=32,
+        ),
+        False,
+        True,
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(T5_CASES))
+def test_t5_parity(case, max_diffs):
+    kwargs, tied, separate_head = T5_CASES[case]
+    vocab = 75
+    torch.manual_seed(0)
+    config = transformers.T5Config(attn_implementation="eager", vocab_size=vocab, dropout_rate=0.0, **kwargs)
+    ref = transformers.T5ForConditionalGeneration(config)
+    if separate_head:
+        ref.lm_head = nn.Linear(config.d_model, vocab, bias=False)
+    ref = _perturb(ref, seed=1)
+    model = from_reference(ref)
+    assert not model.training and model.cfg.tie_embeddings == tied
+    src, tgt = _ids(vocab, 3, 24, seed=2), _ids(vocab, 3, 21, seed=3)
+    src_mask = torch.ones_like(src)
+    src_mask[1, -5:] = 0
+    src_mask[2, -13:] = 0
+    with torch.no_grad():
+        diffs = [
+            _max_diff(model(src, tgt), ref(input_ids=src, decoder_input_ids=tgt).logits),
+            _max_diff(
+                model(src, tgt, src_attention_mask=src_mask),
+                ref(input_ids=src, attention_mask=src_mask, decoder_input_ids=tgt).logits,
+            ),
+        ]
+    max_diffs["t5"] = max(max_diffs.get("t5", 0.0), *diffs)
+    assert max(diffs) < TOL
+
+
+@pytest.mark.parametrize("bidirectional", [True, False])
+@pytest.mark.parametrize("num_buckets,max_distance", [(32, 128), (8, 20), (16, 64), (64, 100), (10, 7)])
+def test_t5_bucket_matches_transformers(bidirectional, num_buckets, max_distance):
+    relative = torch.arange(-400, 401)[None, :].repeat(2, 1)
+    ours = t5_relative_bucket(relative, bidirectional, num_buckets, max_distance)
+    theirs = transformers.models.t5.modeling_t5.T5Attention._relative_position_bucket(
+        relative, bidirectional=bidirectional, num_buckets=num_buckets, max_distance=max_distance
+    )
+    assert torch.equal(ours, theirs)
+
+
+# ------------------------------------------------------------------------------------------------
+# timm VisionTransformer -> ViT
+
+VIT_CASES = {
+    "vit-cls-token": (
+        dict(img_size=16, patch_size=4, embed_dim=32, depth=2, num_heads=4, mlp_ratio=2.0, num_classes=7),
+        "cls",
+    ),
+    "vit-avg-fc_norm-no_qkv_bias": (
+        dict(
+            img_size=12,
+            patch_size=4,
+            in_chans=1,
+            embed_dim=48,
+            depth=2,
+            num_heads=3,
+            mlp_ratio=1.5,
+            num_classes=5,
+            class_token=False,
+            global_pool="avg",
+            qkv_bias=False,
+        ),
+        "mean",
+    ),
+}
+
+
+@pytest.mark.parametrize("case", list(VIT_CASES))
+def test_vit_parity(case, max_diffs):
+    kwargs, pool = VIT_CASES[case]
+    torch.manual_seed(0)
+    ref = _perturb(timm_vit.VisionTransformer(**kwargs), seed=1)
+    model = from_reference(ref)
+    assert not model.training and model.pool == pool
+    images = torch.randn(3, kwargs.get("in_chans", 3), kwargs["img_size"], kwargs["img_size"])
+    with torch.no_grad():
+        diff = _max_diff(model(images), ref(images))
+    max_diffs["vit"] = max(max_diffs.get("vit", 0.0), diff)
+    assert diff < TOL
+
+
+# ------------------------------------------------------------------------------------------------
+# registry and refusals
+
+
+def test_registry_covers_the_six_references():
+    assert set(CONVERTERS) == {
+        "GPT2LMHeadModel",
+        "LlamaForCausalLM",
+        "BloomForCausalLM",
+        "BertForMaskedLM",
+        "T5ForConditionalGeneration",
+        "VisionTransformer",
+    }
+
+
+def test_unsupported_type_raises_type_error_listing_supported():
+    with pytest.raises(TypeError, match="Linear.*supported.*GPT2LMHeadModel.*VisionTransformer"):
+        from_reference(nn.Linear(4, 4))
+
+
+def test_unsupported_features_raise_value_error():
+    config = transformers.LlamaConfig(
+        vocab_size=16,
+        hidden_size=16,
+        intermediate_size=16,
+        num_hidden_layers=1,
+        num_attention_heads=2,
+        rope_parameters={"rope_type": "linear", "factor": 2.0, "rope_theta": 10000.0},
+    )
+    with pytest.raises(ValueError, match="RoPE scaling 'linear'"):
+        from_reference(transformers.LlamaForCausalLM(config))
+    vit = timm_vit.VisionTransformer(img_size=8, patch_size=4, embed_dim=16, depth=1, num_heads=2, global_pool="avg")
+    with pytest.raises(ValueError, match="global_pool='avg' with class_token=True"):
+        from_reference(vit)
+
+
+# ------------------------------------------------------------------------------------------------
+
+
+@pytest.fixture(scope="module")
+def max_diffs(request):
+    """Largest max-abs diff per family, printed at the end of the module (pytest -s)."""
+    diffs: dict[str, float] = {}
+    yield diffs
+    print("\ninterop max abs diffs:", ", ".join(f"{k}={v:.2e}" for k, v in sorted(diffs.items())))
