@@ -30,6 +30,7 @@ DATA_INFO_KEYS = (
     "num_classes",
     "image_size",
     "in_channels",
+    "train_max_len",
 )
 
 

@@ -95,7 +95,10 @@ def _build_dataclasses(config: Any, group: str) -> None:
     if spec is None or "class_path" not in spec:
         return
     module, _, name = spec.class_path.rpartition(".")
-    hints = typing.get_type_hints(getattr(importlib.import_module(module), name).__init__)
+    try:
+        hints = typing.get_type_hints(getattr(importlib.import_module(module), name).__init__)
+    except (NameError, TypeError):  # unresolvable annotations: the run itself will check
+        return
     for arg, value in (spec.get("init_args") or {}).items():
         kind = hints.get(arg)
         if isinstance(kind, type) and dataclasses.is_dataclass(kind) and hasattr(value, "as_dict"):
@@ -130,7 +133,12 @@ def check_cell(spec: Spec, cell: Cell) -> tuple[CheckedCell, str]:
     except SpecError as err:
         raise SpecError(f"cell {cell.name!r} ({spec.path}): {err}") from None
     seed_keys = tuple(f"{g}.init_args.seed" for g in SEEDED_GROUPS if f"{g}.init_args.seed" in config)
-    axis_values = {key: resolve(config, key) for key in spec.axes}
+    axis_values = {}
+    for key in spec.axes:
+        try:
+            axis_values[key] = resolve(config, key)
+        except KeyError:  # e.g. a key jsonargparse matched by an unambiguous prefix
+            axis_values[key] = cell.overrides.get(key)
     fingerprint = json.dumps(config.as_dict(), sort_keys=True, default=str)
     return CheckedCell(cell, seed_keys, axis_values), fingerprint
 

@@ -25,6 +25,12 @@ class CausalLM(TaskModule):
     `val/loss@<L>`; `val/loss`, `val/ppl` and `val/bpt` (bits per token; bits per character at
     character level) are taken at the first length. A `learned` table shorter than L gives `nan`.
 
+    Batches with `lengths` (algorithmic tasks, loss on the answer only) also log exact-match
+    accuracy per instance length, `val/exact_match@<n>`, and its means in and out of the training
+    distribution (`val/exact_match_id`, `val/exact_match_ood`, split at data_info's
+    `train_max_len`). All answer tokens right under teacher forcing is exactly the condition for
+    greedy decoding to reproduce the answer, so no decoding loop is needed.
+
     Args:
         sample_tokens: tokens sampled into TensorBoard at each validation (0: none).
         sample_temperature: sampling temperature.
@@ -45,6 +51,9 @@ class CausalLM(TaskModule):
         self.model = GPT(self.arch)
         self.sample_tokens, self.sample_temperature = sample_tokens, sample_temperature
         self.val_loss: dict[int, MeanMetric] = {}
+        self.val_names: dict[int, str | None] = {}
+        self.unfit: set[int] = set()
+        self.exact_match: dict[int, MeanMetric] = {}
         self.val_ppl = Perplexity(ignore_index=-100)
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
@@ -61,35 +70,64 @@ class CausalLM(TaskModule):
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         length = batch["input_ids"].shape[1]
-        if length not in self.val_loss:
-            self.val_loss[length] = MeanMetric().to(self.device)
+        if dataloader_idx not in self.val_loss:
+            self.val_loss[dataloader_idx] = MeanMetric().to(self.device)
+            # fixed-length windows are named by their length; padded variable-length data is not
+            self.val_names[dataloader_idx] = None if "lengths" in batch else f"val/loss@{length}"
         if not self._fits(length):
+            self.unfit.add(dataloader_idx)
             return
         loss, logits = self.loss(batch)
-        self.val_loss[length].update(loss, weight=(batch["labels"] != -100).sum())
+        self.val_loss[dataloader_idx].update(loss, weight=(batch["labels"] != -100).sum())
         if dataloader_idx == 0:
             self.val_ppl.update(logits, batch["labels"])
+        if "lengths" in batch:
+            self._update_exact_match(logits, batch["labels"], batch["lengths"])
+
+    def _update_exact_match(self, logits: torch.Tensor, labels: torch.Tensor, lengths: torch.Tensor) -> None:
+        correct = ((logits.argmax(-1) == labels) | (labels == -100)).all(dim=1).float()
+        for n in lengths.unique().tolist():
+            if n not in self.exact_match:
+                self.exact_match[n] = MeanMetric().to(self.device)
+            self.exact_match[n].update(correct[lengths == n])
+
+    def _log_exact_match(self) -> None:
+        if not self.exact_match:
+            return
+        boundary = self.data_info.get("train_max_len")
+        scores = {n: metric.compute() for n, metric in sorted(self.exact_match.items())}
+        for n, value in scores.items():
+            self.log(f"val/exact_match@{n}", value)
+        self.log("val/exact_match", torch.stack(list(scores.values())).mean())
+        if boundary is not None:
+            for name, keep in (("id", lambda n: n <= boundary), ("ood", lambda n: n > boundary)):
+                values = [v for n, v in scores.items() if keep(n)]
+                if values:
+                    self.log(f"val/exact_match_{name}", torch.stack(values).mean())
+        for metric in self.exact_match.values():
+            metric.reset()
 
     def on_validation_epoch_end(self) -> None:
         losses = {}
-        for length in sorted(self.val_loss):
-            if self._fits(length):
-                losses[length] = self.val_loss[length].compute()
-                self.val_loss[length].reset()
-            else:
+        for idx in sorted(self.val_loss):
+            if idx in self.unfit:
                 if self.trainer.global_step == 0:
-                    warnings.warn(
-                        f"val/loss@{length}: learned positions end at max_seq_len={self.arch.max_seq_len}; logged as nan"
-                    )
-                losses[length] = torch.tensor(math.nan, device=self.device)
-            self.log(f"val/loss@{length}", losses[length])
+                    warnings.warn(f"{self.val_names[idx]}: learned positions end at max_seq_len={self.arch.max_seq_len}; logged as nan")
+                losses[idx] = torch.tensor(math.nan, device=self.device)
+            else:
+                losses[idx] = self.val_loss[idx].compute()
+            self.val_loss[idx].reset()
+            if self.val_names[idx]:
+                self.log(self.val_names[idx], losses[idx])
         if losses:
-            loss = losses[min(losses)]  # the first evaluation length is the training length
+            loss = losses[0]  # the first loader evaluates at the training length
             self.log("val/loss", loss, prog_bar=True)
             self.log("val/bpt", loss / math.log(2))
-            if self._fits(min(losses)):
+            if 0 not in self.unfit:
                 self.log("val/ppl", self.val_ppl.compute())
                 self.val_ppl.reset()
+        self.unfit.clear()
+        self._log_exact_match()
         self._log_samples()
 
     def _log_samples(self) -> None:

@@ -1,0 +1,155 @@
+"""Sweep parallelism: two single-thread training processes side by side against one two-thread
+process, in total tokens/s, and the `--jobs` setting that follows for this machine.
+
+Worker processes are started once and kept: each builds the benchmark GPT, warms up, says
+`ready`, then runs `run K` commands (K training steps, timed inside the worker) until `exit`.
+Repetition r runs the one two-thread worker for K steps, then both single-thread workers for K
+steps at once (alternating which comes first), so the two set-ups are interleaved like every other
+comparison and process start-up (importing torch) is not in the figures. The side-by-side total is
+(tokens of both workers) ÷ (the slower worker's time).
+
+    python -m experiments.bench.sweeps --worker --threads 1 --arch '{"d_model": 128, ...}' --batch 32
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import time
+from dataclasses import asdict
+from pathlib import Path
+
+from .common import Context
+from .report import Section, Table
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def worker(threads: int, arch: dict, batch: int, seq: int) -> None:
+    import torch
+
+    torch.set_num_threads(threads)
+    from models import ArchConfig, GPT
+
+    from .common import lm_train_step, token_batch
+
+    torch.manual_seed(0)
+    model = GPT(ArchConfig(**arch))
+    ids, labels = token_batch(batch, seq, model.cfg.vocab_size)
+    step = lm_train_step(model, ids, labels)
+    step()
+    print("ready", flush=True)
+    for line in sys.stdin:
+        words = line.split()
+        if not words or words[0] == "exit":
+            break
+        k = int(words[1])
+        start = time.perf_counter()
+        for _ in range(k):
+            step()
+        print(json.dumps({"seconds": time.perf_counter() - start, "tokens": k * ids.numel()}), flush=True)
+
+
+class Worker:
+    def __init__(self, threads: int, arch: dict, batch: int, seq: int):
+        cmd = [sys.executable, "-m", "experiments.bench.sweeps", "--worker", "--threads", str(threads)]
+        cmd += ["--arch", json.dumps(arch), "--batch", str(batch), "--seq", str(seq)]
+        env = os.environ | {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+
+    def expect_ready(self) -> None:
+        line = self.proc.stdout.readline()
+        if line.strip() != "ready":
+            raise RuntimeError(f"sweep worker failed to start (exit code {self.proc.poll()}): {line!r}")
+
+    def send(self, text: str) -> None:
+        self.proc.stdin.write(text + "\n")
+        self.proc.stdin.flush()
+
+    def result(self) -> dict:
+        line = self.proc.stdout.readline()
+        if not line:
+            raise RuntimeError(f"sweep worker died (exit code {self.proc.poll()})")
+        return json.loads(line)
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            try:
+                self.send("exit")
+                self.proc.wait(timeout=30)
+            except (OSError, subprocess.TimeoutExpired):
+                self.proc.kill()
+                self.proc.wait()
+
+
+def run(ctx: Context) -> Section:
+    s = ctx.settings
+    section = Section("sweeps", "Sweeps: processes side by side vs threads in one process")
+    cores = os.cpu_count() or 1
+    arch = asdict(s.arch())
+    k = s.sweep_steps
+    reps = s.reps
+    workers: list[Worker] = []
+    try:
+        one = Worker(cores, arch, s.batch_size, s.seq_len)
+        many = [Worker(1, arch, s.batch_size, s.seq_len) for _ in range(cores)]
+        workers = [one, *many]
+        for w in workers:
+            w.expect_ready()
+        single, side = [], []
+
+        def run_single() -> None:
+            one.send(f"run {k}")
+            r = one.result()
+            single.append(r["tokens"] / r["seconds"])
+
+        def run_side() -> None:
+            for w in many:
+                w.send(f"run {k}")
+            results = [w.result() for w in many]
+            side.append(sum(r["tokens"] for r in results) / max(r["seconds"] for r in results))
+
+        for r in range(reps):
+            for fn in (run_single, run_side) if r % 2 == 0 else (run_side, run_single):
+                fn()
+    finally:
+        for w in workers:
+            w.close()
+
+    a, b = statistics.median(single), statistics.median(side)
+    ratio = b / a
+    pairs = [y / x for x, y in zip(single, side)]
+    jobs = cores if ratio > 1.05 else 1
+    table = Table(
+        ["set-up", "total tokens/s (median, min–max)"],
+        title=f"{cores} cores; {reps} interleaved repetitions of {k} training steps per worker (benchmark GPT, batch {s.batch_size})",
+    )
+    table.add(f"1 process × {cores} threads", f"{a:.4g} ({min(single):.4g}–{max(single):.4g})")
+    table.add(f"{cores} processes × 1 thread", f"{b:.4g} ({min(side):.4g}–{max(side):.4g})")
+    section.tables.append(table)
+    section.notes.append(
+        f"{cores} single-thread processes give {ratio:.2f}× the total throughput of one {cores}-thread process "
+        f"(paired {min(pairs):.2f}–{max(pairs):.2f}): best `--jobs` for this machine is {jobs}"
+        + (" (one thread per job)." if jobs > 1 else " (one process using every core).")
+    )
+    section.data = {"single_process": single, "side_by_side": side, "ratio": ratio, "best_jobs": jobs, "cores": cores}
+    return section
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--worker", action="store_true", required=True)
+    parser.add_argument("--threads", type=int, required=True)
+    parser.add_argument("--arch", type=json.loads, required=True)
+    parser.add_argument("--batch", type=int, required=True)
+    parser.add_argument("--seq", type=int, required=True)
+    args = parser.parse_args()
+    worker(args.threads, args.arch, args.batch, args.seq)
+
+
+if __name__ == "__main__":
+    main()

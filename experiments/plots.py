@@ -1,0 +1,88 @@
+"""The report's figures (PNG, matplotlib's Agg backend: no display needed)."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+
+import matplotlib
+
+matplotlib.use("Agg")
+import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+
+Curve = Mapping[int, float]  # step -> value
+
+
+def learning_curves(runs_by_cell: Mapping[str, Sequence[Curve]], metric: str, path: Path) -> bool:
+    """One line per cell: the mean over its runs at each step, and a band from their min to max.
+
+    Args:
+        runs_by_cell: cell -> one curve per finished run.
+        metric: the tag plotted (axis label).
+        path: the PNG to write.
+
+    Returns:
+        Whether there was anything to plot (no file otherwise).
+    """
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    drawn = False
+    for cell, curves in runs_by_cell.items():
+        steps = sorted({s for c in curves for s in c if math.isfinite(c[s])})
+        if not steps:
+            continue
+        # a resumed run may lack a point (a validation skipped on restore): average what exists
+        values = [[c[s] for c in curves if s in c and math.isfinite(c[s])] for s in steps]
+        mean = [sum(v) / len(v) for v in values]
+        (line,) = ax.plot(steps, mean, label=f"{cell} (n={len(curves)})", marker="." if len(steps) < 30 else None)
+        if len(curves) > 1:
+            ax.fill_between(steps, [min(v) for v in values], [max(v) for v in values], color=line.get_color(), alpha=0.2)
+        drawn = True
+    if drawn:
+        ax.set_xlabel("step")
+        ax.set_ylabel(metric)
+        ax.set_title(f"{metric}: mean over seeds, band = min–max")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return drawn
+
+
+def length_curves(loss_by_cell: Mapping[str, Mapping[int, float]], train_length: int | None, path: Path) -> bool:
+    """Validation loss against evaluation length, one line per cell (length extrapolation).
+
+    Args:
+        loss_by_cell: cell -> {evaluation length: mean final loss}; nan (e.g. `learned` positions
+            past their table) leaves the point out.
+        train_length: marked with a vertical line.
+        path: the PNG to write.
+
+    Returns:
+        Whether there was anything to plot.
+    """
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    drawn = False
+    for cell, losses in loss_by_cell.items():
+        points = sorted((length, loss) for length, loss in losses.items() if math.isfinite(loss))
+        if points:
+            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=cell)
+            drawn = True
+    if drawn:
+        ax.set_xscale("log", base=2)
+        lengths = sorted({length for losses in loss_by_cell.values() for length in losses})
+        ax.set_xticks(lengths, [str(length) for length in lengths])
+        if train_length:
+            ax.axvline(train_length, color="grey", linestyle=":", label="training length")
+        ax.set_xlabel("evaluation length (tokens)")
+        ax.set_ylabel("val/loss")
+        ax.set_title("Length extrapolation: final val/loss at each evaluation length")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return drawn
