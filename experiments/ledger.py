@@ -2,7 +2,7 @@
 
 Rows are keyed by (cell, seed), so a resumed or retried run replaces its row instead of adding
 one; the file is written to a temporary name and moved into place, so killing the sweep at any
-moment leaves the previous complete file.
+moment leaves a complete file (the previous or the new one).
 """
 
 from __future__ import annotations
@@ -123,7 +123,5 @@ class Ledger:
             writer = csv.DictWriter(f, fieldnames=self.columns(), restval="")
             writer.writeheader()
             writer.writerows(self.rows.values())
-            f.flush()
-            os.fsync(f.fileno())
-        os.replace(tmp, self.path)
+        os.replace(tmp, self.path)  # atomic: a killed sweep leaves the old or the new file, whole
 

@@ -51,13 +51,12 @@ def learning_curves(runs_by_cell: Mapping[str, Sequence[Curve]], metric: str, pa
     return drawn
 
 
-def length_curves(loss_by_cell: Mapping[str, Mapping[int, float]], train_length: int | None, path: Path) -> bool:
+def length_curves(loss_by_cell: Mapping[str, Mapping[int, float]], path: Path) -> bool:
     """Validation loss against evaluation length, one line per cell (length extrapolation).
 
     Args:
         loss_by_cell: cell -> {evaluation length: mean final loss}; nan (e.g. `learned` positions
             past their table) leaves the point out.
-        train_length: marked with a vertical line.
         path: the PNG to write.
 
     Returns:
@@ -74,8 +73,6 @@ def length_curves(loss_by_cell: Mapping[str, Mapping[int, float]], train_length:
         ax.set_xscale("log", base=2)
         lengths = sorted({length for losses in loss_by_cell.values() for length in losses})
         ax.set_xticks(lengths, [str(length) for length in lengths])
-        if train_length:
-            ax.axvline(train_length, color="grey", linestyle=":", label="training length")
         ax.set_xlabel("evaluation length (tokens)")
         ax.set_ylabel("val/loss")
         ax.set_title("Length extrapolation: final val/loss at each evaluation length")

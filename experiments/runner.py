@@ -126,6 +126,16 @@ def _copy_window_size(target: int) -> None:
         pass
 
 
+def _echo(chunk: bytes) -> None:
+    out = getattr(sys.stdout, "buffer", None)  # a replaced stdout (tests, notebooks) may be text-only
+    if out is not None:
+        out.write(chunk)
+        out.flush()
+    else:
+        sys.stdout.write(chunk.decode(errors="replace"))
+        sys.stdout.flush()
+
+
 def tee(argv: list[str], env: dict[str, str], log: BinaryIO, echo: bool, procs: Processes) -> tuple[int, str]:
     """Runs `argv` in the repository root, copying its output to `log` and, with `echo`, to our stdout.
 
@@ -155,8 +165,7 @@ def tee(argv: list[str], env: dict[str, str], log: BinaryIO, echo: bool, procs: 
                 break
             log.write(chunk)
             if echo:
-                sys.stdout.buffer.write(chunk)
-                sys.stdout.buffer.flush()
+                _echo(chunk)
             tail += chunk
             del tail[:-TAIL_BYTES]
         return proc.wait(), tail.decode(errors="replace")
@@ -257,9 +266,12 @@ def run_sweep(
     def record(run: Run, result: Outcome) -> None:
         ledger.put(collect_row(run.dir, run.cell, run.seed, result.status, result.error, axis_values[run.cell]))
 
-    def work(run: Run) -> tuple[Run, Outcome, float]:
+    def work(run: Run) -> tuple[Run, Outcome]:
         started = progress.started(run, actions[run])
-        return run, execute(run, actions[run], echo=jobs == 1, procs=procs), started
+        result = execute(run, actions[run], echo=jobs == 1, procs=procs)
+        if not procs.stopping:
+            progress.ended(run, result, started)
+        return run, result
 
     for run, action in actions.items():
         if action == "collect":  # finished, only the ledger missed it
@@ -274,11 +286,8 @@ def run_sweep(
     try:
         futures = [pool.submit(work, run) for run in pending]
         for future in cf.as_completed(futures):
-            run, result, started = future.result()
-            if procs.stopping:
-                break
-            record(run, result)
-            progress.ended(run, result, started)
+            run, result = future.result()
+            record(run, result)  # here only: one thread writes the ledger
     except KeyboardInterrupt:
         # unfinished runs stay unrecorded: the next invocation resumes them from their checkpoints
         progress.say("interrupted: stopping the runs in progress; run the same command again to resume")

@@ -9,7 +9,6 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lit_modules.optim import parameter_groups
 from models import ArchConfig
 
 POSITIONAL_SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi", "t5")
@@ -113,6 +112,8 @@ def token_batch(batch: int, seq: int, vocab: int, seed: int = 0) -> tuple[Tensor
 def make_optimizer(model: nn.Module) -> torch.optim.Optimizer:
     """The suite's optimiser (`lit_modules.optim`: fused AdamW, decay on matrices only) for any
     model, so every candidate pays the same optimiser step."""
+    from lit_modules.optim import parameter_groups  # imports Lightning: not at module level
+
     return torch.optim.AdamW(parameter_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.95), fused=True)
 
 
@@ -121,11 +122,13 @@ def lm_train_step(
     input_ids: Tensor,
     labels: Tensor,
     forward: Callable[[nn.Module, Tensor], Tensor] | None = None,
-) -> Callable[[], float]:
+    optimizer: torch.optim.Optimizer | None = None,
+) -> Callable[[], Tensor]:
     """A closure running one forward + cross entropy + backward + AdamW step on a fixed batch.
-    `forward(model, ids)` returns logits (default: `model(ids)`)."""
+    `forward(model, ids)` returns logits (default: `model(ids)`); `optimizer` defaults to
+    `make_optimizer(model)`."""
     model.train()
-    optimizer = make_optimizer(model)
+    optimizer = optimizer if optimizer is not None else make_optimizer(model)
 
     def step() -> float:
         logits = forward(model, input_ids) if forward is not None else model(input_ids)

@@ -91,7 +91,8 @@ def test_masks_rope_and_scale(n_kv_heads):
     )
     boolean = torch.rand(2, 1, 6, 6) > 0.3
     boolean[..., 0] = True  # every query sees something
-    expected = _reference(attn, x, additive=torch.zeros(2, 1, 6, 6, dtype=torch.float64).masked_fill(~boolean, float("-inf")), scale=1.0)
+    additive = torch.zeros(2, 1, 6, 6, dtype=torch.float64).masked_fill(~boolean, float("-inf"))
+    expected = _reference(attn, x, additive=additive, scale=1.0)
     torch.testing.assert_close(attn(x, mask=boolean), expected)
 
 

@@ -118,11 +118,11 @@ def test_flags_are_built():
 
 def test_scaled_residual_init():
     torch.manual_seed(0)
-    model = GPT(ArchConfig(**{**TINY, "n_layers": 8, "d_model": 64, "init_std": 0.02}))
+    model = GPT(ArchConfig(**{**TINY, "d_model": 64, "init_std": 0.02}))
     assert model.stack.blocks[0].attn.qkv.weight.std().item() == pytest.approx(0.02, rel=0.1)
     for block in model.stack.blocks:
-        assert block.attn.out.weight.std().item() == pytest.approx(0.02 / 4, rel=0.1)  # / sqrt(2·8)
-        assert block.ffn.down.weight.std().item() == pytest.approx(0.02 / 4, rel=0.1)
+        assert block.attn.out.weight.std().item() == pytest.approx(0.02 / 2, rel=0.1)  # / sqrt(2·2 layers)
+        assert block.ffn.down.weight.std().item() == pytest.approx(0.02 / 2, rel=0.1)
 
 
 # --- changing an axis changes the output (same seed) ---------------------------------------------
@@ -187,7 +187,11 @@ def test_gradients_reach_every_parameter(model_cls, config):
 
 @pytest.mark.parametrize(
     "pos, pool, extra",
-    [("learned", "cls", {}), ("sinusoidal", "mean", {"norm": "rmsnorm", "activation": "swiglu"}), ("none", "cls", {"norm_placement": "post", "n_kv_heads": 1})],
+    [
+        ("learned", "cls", {}),
+        ("sinusoidal", "mean", {"norm": "rmsnorm", "activation": "swiglu"}),
+        ("none", "cls", {"norm_placement": "post", "n_kv_heads": 1}),
+    ],
 )
 def test_vit_gradients_reach_every_parameter(pos, pool, extra):
     torch.manual_seed(0)

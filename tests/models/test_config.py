@@ -75,7 +75,9 @@ def test_rope_with_odd_rotary_dim():
     ArchConfig(**{**TINY, "d_model": 12}, pos_encoding="alibi")
 
 
-@pytest.mark.parametrize("field, value", [("rope_fraction", 0.0), ("rope_fraction", 1.5), ("dropout", 1.0), ("n_layers", 0)])
+@pytest.mark.parametrize(
+    "field, value", [("rope_fraction", 0.0), ("rope_fraction", 1.5), ("dropout", 1.0), ("n_layers", 0)]
+)
 def test_out_of_range_values(field, value):
     with pytest.raises(ValueError, match=rf"{field}={value}"):
         ArchConfig(**{**TINY, field: value})

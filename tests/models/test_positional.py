@@ -140,9 +140,10 @@ def test_rope_scores_depend_only_on_relative_position(fraction):
     rope = RotaryPositions(cfg, causal=True)
     torch.manual_seed(0)
     q, k = torch.randn(1, 1, 1, 16, dtype=torch.float64), torch.randn(1, 1, 1, 16, dtype=torch.float64)
+    # float32 tables: equal to ~1e-6
     for m, n in [(0, 0), (3, 1), (1, 5), (7, 2)]:
         for s in (1, 4, 9, 30):  # 30: past max_seq_len, the table grows
-            assert _score(rope, q, k, m + s, n + s) == pytest.approx(_score(rope, q, k, m, n), abs=1e-5)  # float32 tables
+            assert _score(rope, q, k, m + s, n + s) == pytest.approx(_score(rope, q, k, m, n), abs=1e-5)
     # and the score does change with the relative distance
     assert abs(_score(rope, q, k, 3, 1) - _score(rope, q, k, 3, 2)) > 1e-3
 
@@ -191,10 +192,20 @@ def test_t5_buckets():
     assert causal.tolist() == [0, 1, 7, 8, 16, 21, 26, 31, 31, 0, 0, 0, 0, 0]
 
 
-def test_t5_bias_is_a_learned_table_lookup():
+@pytest.mark.parametrize("causal", [False, True])
+def test_t5_bias_is_a_learned_table_lookup(causal):
     cfg = ArchConfig(**TINY, pos_encoding="t5")
-    t5 = T5RelativeBias(cfg, causal=False)
+    t5 = T5RelativeBias(cfg, causal=causal)
     bias = t5.score_bias(4, 6, offset=2)
     rel = torch.arange(6)[None, :] - torch.arange(2, 6)[:, None]
-    buckets = t5_relative_bucket(rel, True, 32, 128)
+    buckets = t5_relative_bucket(rel, not causal, 32, 128)
     torch.testing.assert_close(bias, t5.bias.weight[buckets].permute(2, 0, 1))
+
+
+def test_t5_decoders_bucket_causally():
+    from models import BertMLM, EncoderDecoder
+
+    cfg = ArchConfig(**TINY, pos_encoding="t5")
+    model = EncoderDecoder(cfg)
+    assert GPT(cfg).stack.pos.causal and model.decoder.pos.causal
+    assert not BertMLM(cfg).stack.pos.causal and not model.encoder.pos.causal
