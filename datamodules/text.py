@@ -16,7 +16,7 @@ from torch.utils.data import DataLoader, Dataset
 
 from datamodules.download import DEFAULT_CACHE_DIR, resolve, sha256_bytes
 from datamodules.sampling import GlobalIndexSampler, mix
-from datamodules.tokenization import Tokenizer, build_tokenizer
+from datamodules.tokenization import Tokenizer, TokenizerFields, build_tokenizer
 
 CorpusName = Literal["default", "tinyshakespeare", "wikitext2"]
 TextTokenizerName = Literal["char", "bpe"]
@@ -140,7 +140,7 @@ class _Tokenized:
     sha256: str
 
 
-class TextDataModule(pl.LightningDataModule):
+class TextDataModule(TokenizerFields, pl.LightningDataModule):
     """Next-token prediction on a text corpus.
 
     Batches are ``{"input_ids": LongTensor(B, T), "labels": LongTensor(B, T)}`` with
@@ -206,30 +206,6 @@ class TextDataModule(pl.LightningDataModule):
     @property
     def tokenizer(self) -> Tokenizer:
         return self._data.tokenizer
-
-    @property
-    def vocab_size(self) -> int:
-        return self.tokenizer.vocab_size
-
-    @property
-    def pad_token_id(self) -> int:
-        return self.tokenizer.pad_id
-
-    @property
-    def bos_token_id(self) -> int:
-        return self.tokenizer.bos_id
-
-    @property
-    def eos_token_id(self) -> int:
-        return self.tokenizer.eos_id
-
-    @property
-    def mask_token_id(self) -> int:
-        return self.tokenizer.mask_id
-
-    @property
-    def special_token_ids(self) -> list[int]:
-        return list(self.tokenizer.special_ids)
 
     @property
     def data_checksum(self) -> str:

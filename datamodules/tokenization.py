@@ -35,6 +35,37 @@ class Tokenizer(Protocol):
         ...
 
 
+
+class TokenizerFields:
+    """The ids a model needs from a DataModule's tokenizer, as properties the CLI links into the
+    model; the class defines `tokenizer`."""
+
+    tokenizer: Tokenizer
+
+    @property
+    def vocab_size(self) -> int:
+        return self.tokenizer.vocab_size
+
+    @property
+    def pad_token_id(self) -> int:
+        return self.tokenizer.pad_id
+
+    @property
+    def bos_token_id(self) -> int:
+        return self.tokenizer.bos_id
+
+    @property
+    def eos_token_id(self) -> int:
+        return self.tokenizer.eos_id
+
+    @property
+    def mask_token_id(self) -> int:
+        return self.tokenizer.mask_id
+
+    @property
+    def special_token_ids(self) -> list[int]:
+        return list(self.tokenizer.special_ids)
+
 class _Specials:
     """The shared special ids, as attributes."""
 

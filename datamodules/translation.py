@@ -14,7 +14,7 @@ from torch.utils.data import DataLoader
 from datamodules.download import DEFAULT_CACHE_DIR, resolve, sha256_bytes
 from datamodules.sampling import BucketBatchSampler, EpochSampler, generator
 from datamodules.scan import SCAN_SPLITS, Pair, ScanSplitName, all_pairs
-from datamodules.tokenization import Tokenizer, build_tokenizer
+from datamodules.tokenization import Tokenizer, TokenizerFields, build_tokenizer
 
 TranslationDatasetName = Literal["scan", "multi30k"]
 TranslationTokenizerName = Literal["word", "bpe"]
@@ -121,7 +121,7 @@ class _Encoded:
     sha256: str
 
 
-class TranslationDataModule(pl.LightningDataModule):
+class TranslationDataModule(TokenizerFields, pl.LightningDataModule):
     """Source → target pairs for an encoder-decoder.
 
     Batches are dicts:
@@ -188,22 +188,6 @@ class TranslationDataModule(pl.LightningDataModule):
     @property
     def tokenizer(self) -> Tokenizer:
         return self._data.tokenizer
-
-    @property
-    def vocab_size(self) -> int:
-        return self.tokenizer.vocab_size
-
-    @property
-    def pad_token_id(self) -> int:
-        return self.tokenizer.pad_id
-
-    @property
-    def bos_token_id(self) -> int:
-        return self.tokenizer.bos_id
-
-    @property
-    def eos_token_id(self) -> int:
-        return self.tokenizer.eos_id
 
     @property
     def data_checksum(self) -> str:

@@ -46,9 +46,10 @@ def main_sweep(tmp_path_factory, tiny_spec):
 @pytest.fixture(scope="module")
 def killed_sweep(tmp_path_factory, tiny_spec):
     """alibi (the main sweep's seed-0 run, killed mid-run and resumed), a diverging cell and a failing
-    cell (too few validation tokens for one window: a ValueError at the first validation)."""
+    cell (a BPE vocabulary smaller than its byte alphabet: a ValueError when the data is built)."""
     tmp = tmp_path_factory.mktemp("killed")
-    cells = [{"model.arch.pos_encoding": "alibi"}, {"model.optim.lr": 1000.0}, {"data.val_tokens": 1}]
+    bad_bpe = {"name": "bad_bpe", "data.tokenizer": "bpe", "data.bpe_vocab_size": 10}
+    cells = [{"model.arch.pos_encoding": "alibi"}, {"model.optim.lr": 1000.0}, bad_bpe]
     spec = tiny_spec(tmp / "spec.yaml", cells=cells, seeds=[0])
     out = tmp / "out"
     command = [sys.executable, "cli.py", "sweep", str(spec), "--out", str(out)]
@@ -125,10 +126,10 @@ def test_divergent_run_recorded_and_sweep_goes_on(killed_sweep):
 
 def test_failed_run_recorded_and_retried_only_on_request(killed_sweep):
     resumed, again, out = killed_sweep
-    failed = by_run(read_rows(out))[("val_tokens=1", "0")]
-    assert failed["status"] == "failed" and failed["error"].startswith("ValueError: validation split")
+    failed = by_run(read_rows(out))[("bad_bpe", "0")]
+    assert failed["status"] == "failed" and failed["error"].startswith("ValueError: bpe vocab_size must be")
     assert resumed == again == 1  # exit status: the number of failed runs
-    log = (out / "val_tokens=1" / "seed0" / "run.log").read_text()
+    log = (out / "bad_bpe" / "seed0" / "run.log").read_text()
     assert log.count("\n=== ") == 1  # the third invocation did not run it again
     assert len(read_rows(out)) == 3
 
