@@ -1,7 +1,7 @@
 """The command line of every run of a sweep: an ordinary `cli.py fit`, logging into its own folder.
 
-    DIR/<cell>/seed<k>/          TensorBoard events, config.yaml, run.json, run.log
-    DIR/<cell>/seed<k>/checkpoints/last.ckpt   resumption point, every `checkpoint_every` steps
+DIR/<cell>/seed<k>/          TensorBoard events, config.yaml, run.json, run.log
+DIR/<cell>/seed<k>/checkpoints/last.ckpt   resumption point, every `checkpoint_every` steps
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ class Run:
         seed: the run's seed.
         dir: `DIR/<cell>/seed<k>`, where Lightning logs, saves `config.yaml` and checkpoints.
         args: the arguments after `cli.py fit`, except `--ckpt_path`.
-        threads: torch threads (`cores // jobs`).
+        threads: torch threads (`OMP_NUM_THREADS`).
     """
 
     cell: str
@@ -93,19 +93,20 @@ def run_args(spec: Spec, checked: CheckedCell, seed: int, run_dir: Path) -> list
     ]
 
 
-def make_runs(spec: Spec, checked: dict[str, CheckedCell], out_dir: Path, jobs: int) -> list[Run]:
+def make_runs(spec: Spec, checked: dict[str, CheckedCell], out_dir: Path, threads: int) -> list[Run]:
     """Every (cell, seed), seed by seed, so a sweep cut short still compares all cells.
 
     Args:
         spec: the sweep.
         checked: the validated cells by name.
         out_dir: the sweep's folder (absolute).
-        jobs: runs at a time; each gets `cores // jobs` threads.
+        threads: torch threads of each run (the sweep gives `cores // jobs`).
     """
-    threads = max(1, available_cores() // jobs)
     runs = []
     for seed in spec.seeds:
         for cell in spec.cells:
             run_dir = out_dir / cell.name / f"seed{seed}"
-            runs.append(Run(cell.name, seed, run_dir, tuple(run_args(spec, checked[cell.name], seed, run_dir)), threads))
+            runs.append(
+                Run(cell.name, seed, run_dir, tuple(run_args(spec, checked[cell.name], seed, run_dir)), threads)
+            )
     return runs

@@ -45,7 +45,7 @@ def is_metric_column(name: str) -> bool:
     return name.startswith(("val/", "train/"))
 
 
-def _number(value: float | int | None) -> str:
+def _number(value: float | None) -> str:
     if value is None:
         return ""
     if isinstance(value, float):
@@ -53,7 +53,9 @@ def _number(value: float | int | None) -> str:
     return str(value)
 
 
-def collect_row(run_dir: Path, cell: str, seed: int, status: str, error: str, axis_values: dict[str, Any]) -> dict[str, str]:
+def collect_row(
+    run_dir: Path, cell: str, seed: int, status: str, error: str, axis_values: dict[str, Any]
+) -> dict[str, str]:
     """A ledger row from what the run left in its folder: `run.json` and the event files.
 
     Metrics: the last finite value of every `val/*` scalar and the last `train/loss`.
@@ -124,4 +126,3 @@ class Ledger:
             writer.writeheader()
             writer.writerows(self.rows.values())
         os.replace(tmp, self.path)  # atomic: a killed sweep leaves the old or the new file, whole
-

@@ -9,7 +9,7 @@ from pathlib import Path
 import matplotlib
 
 matplotlib.use("Agg")
-import matplotlib.pyplot as plt  # noqa: E402  (after choosing the backend)
+import matplotlib.pyplot as plt
 
 Curve = Mapping[int, float]  # step -> value
 
@@ -36,7 +36,9 @@ def learning_curves(runs_by_cell: Mapping[str, Sequence[Curve]], metric: str, pa
         mean = [sum(v) / len(v) for v in values]
         (line,) = ax.plot(steps, mean, label=f"{cell} (n={len(curves)})", marker="." if len(steps) < 30 else None)
         if len(curves) > 1:
-            ax.fill_between(steps, [min(v) for v in values], [max(v) for v in values], color=line.get_color(), alpha=0.2)
+            ax.fill_between(
+                steps, [min(v) for v in values], [max(v) for v in values], color=line.get_color(), alpha=0.2
+            )
         drawn = True
     if drawn:
         ax.set_xlabel("step")

@@ -12,119 +12,21 @@ import csv
 import json
 import math
 import re
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from experiments import plots
+from experiments.comparison import Analysis, CellResult, analyse
 from experiments.events import read_scalars
-from experiments.ledger import LEDGER_NAME, Ledger, metric_sort_key
-from experiments.stats import CONFIDENCE, PAIRED_TEST, Comparison, Summary, higher_is_better, paired_difference, summarize
+from experiments.ledger import LEDGER_NAME, Ledger
+from experiments.stats import CONFIDENCE, PAIRED_TEST, higher_is_better
 from experiments.tb_summary import write_summary
 
 SWEEP_INFO = "sweep.json"
-PARAMS_TOLERANCE = 0.05  # warn when cells' parameter counts differ by more than this fraction
 CSV_COLUMNS = (
     "metric", "higher_is_better", "cell", "rank", "best", "runs", "done", "diverged", "failed", "n", "mean", "std",
     "ci_low", "ci_high", "diff_vs_baseline", "n_pairs", "p_value", "params", "params_non_embedding", "flops_per_token",
 )  # fmt: skip
-
-
-def _float(text: str | None) -> float:
-    try:
-        return float(text) if text not in (None, "") else math.nan
-    except ValueError:
-        return math.nan
-
-
-@dataclass
-class CellResult:
-    """One cell's runs and statistics.
-
-    Args:
-        name: the cell.
-        rows: its ledger rows.
-        summaries: metric -> summary over its done runs.
-        comparisons: metric -> paired difference from the baseline (absent for the baseline itself).
-    """
-
-    name: str
-    rows: list[dict[str, str]]
-    summaries: dict[str, Summary] = field(default_factory=dict)
-    comparisons: dict[str, Comparison] = field(default_factory=dict)
-
-    def count(self, status: str) -> int:
-        return sum(row["status"] == status for row in self.rows)
-
-    def values(self, metric: str) -> dict[int, float]:
-        """seed -> value of the done runs with a finite value."""
-        out = {int(r["seed"]): _float(r.get(metric)) for r in self.rows if r["status"] == "done"}
-        return {seed: v for seed, v in out.items() if math.isfinite(v)}
-
-    def stat(self, column: str) -> float:
-        """A model statistic (params, FLOPs): the same for every run of a cell; taken from any run."""
-        found = [_float(r.get(column)) for r in self.rows]
-        return next((v for v in found if math.isfinite(v)), math.nan)
-
-    def runs_text(self) -> str:
-        text = f"{self.count('done')}/{len(self.rows)}"
-        extra = [f"{self.count(s)} {s}" for s in ("diverged", "failed") if self.count(s)]
-        return ", ".join([text, *extra])
-
-
-@dataclass
-class Analysis:
-    """The whole comparison: cells in report order, metrics, the baseline and the main metric."""
-
-    cells: list[CellResult]
-    metrics: list[str]
-    main: str | None
-    baseline: str | None
-    axes: list[str]
-    warnings: list[str]
-
-    def best(self, metric: str) -> str | None:
-        scored = [c for c in self.cells if c.summaries[metric].n]
-        if not scored:
-            return None
-        sign = -1 if higher_is_better(metric) else 1
-        return min(scored, key=lambda c: sign * c.summaries[metric].mean).name
-
-
-def analyse(ledger: Ledger, info: dict[str, Any]) -> Analysis:
-    """Computes every cell's statistics from the ledger.
-
-    Args:
-        ledger: the runs.
-        info: `sweep.json` (cell order, baseline, axes); {} for a bare ledger.
-    """
-    order = [c["name"] for c in info.get("cells", [])]
-    order += [cell for cell in dict.fromkeys(cell for cell, _ in ledger.rows) if cell not in order]
-    cells = [CellResult(name, [r for (c, _), r in ledger.rows.items() if c == name]) for name in order]
-    cells = [c for c in cells if c.rows]
-    columns = {key for row in ledger.rows.values() for key in row}
-    metrics = sorted((k for k in columns if k.startswith("val/")), key=metric_sort_key)
-    main = "val/loss" if "val/loss" in metrics else (metrics[0] if metrics else None)
-    baseline = info.get("baseline") if info.get("baseline") in {c.name for c in cells} else None
-    base_cell = next((c for c in cells if c.name == baseline), None)
-    for cell in cells:
-        for metric in metrics:
-            cell.summaries[metric] = summarize(list(cell.values(metric).values()))
-            if base_cell is not None and cell is not base_cell:
-                cell.comparisons[metric] = paired_difference(cell.values(metric), base_cell.values(metric))
-    if main:
-        sign = -1 if higher_is_better(main) else 1
-        # cells without a value (all diverged or failed) go last, in spec order
-        cells.sort(key=lambda c: (c.summaries[main].n == 0, sign * c.summaries[main].mean if c.summaries[main].n else 0))
-    warnings = []
-    params = {c.name: c.stat("params") for c in cells if math.isfinite(c.stat("params"))}
-    if params and max(params.values()) > (1 + PARAMS_TOLERANCE) * min(params.values()):
-        low, high = min(params, key=params.get), max(params, key=params.get)
-        warnings.append(
-            f"parameter counts differ by {max(params.values()) / min(params.values()) - 1:.1%} between cells "
-            f"({low}: {params[low]:,.0f}, {high}: {params[high]:,.0f}); part of a difference may be capacity"
-        )
-    return Analysis(cells, metrics, main, baseline, list(info.get("axes", [])), warnings)
 
 
 def _f(value: float, digits: int = 4) -> str:
@@ -144,27 +46,35 @@ def _count(value: float) -> str:
     return f"{value:.0f}"
 
 
+def _row(analysis: Analysis, metric: str, rank: int, cell: CellResult) -> list[str]:
+    s = cell.summaries[metric]
+    mean = "n/a" if not s.n else f"{_f(s.mean)} ± {_f(s.std)}" if s.n > 1 else _f(s.mean)
+    ci = f"[{_f(s.ci_low)}, {_f(s.ci_high)}]" if s.n > 1 else "n/a"
+    if cell.name == analysis.baseline:
+        diff, p = "baseline", ""
+    else:
+        c = cell.comparisons.get(metric)
+        diff = f"{c.diff:+.4f} (n={c.n})" if c and c.n and math.isfinite(c.diff) else "n/a"
+        p = _p(c.p_value) if c else "n/a"
+    mark = "★" if cell.name == analysis.best(metric) else ""
+    row = [f"{rank} {mark}".strip() if metric == analysis.main else mark]
+    row += [f"`{cell.name}`", cell.runs_text(), mean, str(s.n), ci, diff, p]
+    if metric == analysis.main:
+        params = cell.stat("params")
+        row += [f"{params:,.0f}" if math.isfinite(params) else "n/a", _count(cell.stat("flops_per_token"))]
+    return row
+
+
 def metric_table(analysis: Analysis, metric: str) -> str:
-    """A Markdown table of one metric: every cell's mean ± std, n, CI and difference from the baseline."""
+    """A Markdown table of one metric: every cell's mean ± std, n, CI and difference from the
+    baseline; the main metric's table also ranks the cells and gives parameters and FLOPs."""
     main = metric == analysis.main
-    best = analysis.best(metric)
     head = ["rank" if main else "", "cell", "runs", "mean ± std", "n", f"{CONFIDENCE:.0%} CI", "Δ vs baseline", "p"]
     head += ["params", "FLOPs/token"] if main else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    for rank, cell in enumerate(analysis.cells, 1):
-        s = cell.summaries[metric]
-        mean = "n/a" if not s.n else f"{_f(s.mean)} ± {_f(s.std)}" if s.n > 1 else _f(s.mean)
-        ci = f"[{_f(s.ci_low)}, {_f(s.ci_high)}]" if s.n > 1 else "n/a"
-        if cell.name == analysis.baseline:
-            diff, p = "baseline", ""
-        else:
-            c = cell.comparisons.get(metric)
-            diff = f"{c.diff:+.4f} (n={c.n})" if c and c.n and math.isfinite(c.diff) else "n/a"
-            p = _p(c.p_value) if c else "n/a"
-        mark = " ★" if cell.name == best else ""
-        row = [f"{rank}{mark}" if main else mark.strip(), f"`{cell.name}`", cell.runs_text(), mean, str(s.n), ci, diff, p]
-        row += [f"{cell.stat('params'):,.0f}" if math.isfinite(cell.stat("params")) else "n/a", _count(cell.stat("flops_per_token"))] if main else []
-        lines.append("| " + " | ".join(row) + " |")
+    lines += [
+        "| " + " | ".join(_row(analysis, metric, rank, cell)) + " |" for rank, cell in enumerate(analysis.cells, 1)
+    ]
     return "\n".join(lines)
 
 
@@ -191,7 +101,9 @@ def make_plots(out_dir: Path, analysis: Analysis) -> list[tuple[str, Path]]:
     """
     figures = []
     tags = [t for t in (analysis.main, "train/loss") if t]
-    done_runs = {c.name: [out_dir / c.name / f"seed{r['seed']}" for r in c.rows if r["status"] == "done"] for c in analysis.cells}
+    done_runs = {
+        c.name: [out_dir / c.name / f"seed{r['seed']}" for r in c.rows if r["status"] == "done"] for c in analysis.cells
+    }
     scalars = {cell: [read_scalars(d) for d in dirs] for cell, dirs in done_runs.items()}
     for tag in tags:
         curves = {cell: [s.curves[tag] for s in runs if tag in s.curves] for cell, runs in scalars.items()}
@@ -222,10 +134,17 @@ def csv_rows(analysis: Analysis, axis_values: dict[str, dict[str, Any]]) -> list
             row |= axis_values.get(cell.name, {})
             row |= {"rank": rank if metric == analysis.main else "", "best": cell.name == best, "runs": len(cell.rows)}
             row |= {status: cell.count(status) for status in ("done", "diverged", "failed")}
-            row |= {"n": s.n, "mean": _num(s.mean), "std": _num(s.std), "ci_low": _num(s.ci_low), "ci_high": _num(s.ci_high)}
+            row |= {
+                "n": s.n,
+                "mean": _num(s.mean),
+                "std": _num(s.std),
+                "ci_low": _num(s.ci_low),
+                "ci_high": _num(s.ci_high),
+            }
             if c is not None:
                 row |= {"diff_vs_baseline": _num(c.diff), "n_pairs": c.n, "p_value": _num(c.p_value)}
-            row |= {k: _num(cell.stat(k)) for k in ("params", "params_non_embedding", "flops_per_token")}
+            counts = {k: cell.stat(k) for k in ("params", "params_non_embedding", "flops_per_token")}
+            row |= {k: f"{v:.0f}" if math.isfinite(v) else "" for k, v in counts.items()}
             rows.append(row)
     return rows
 
@@ -236,6 +155,26 @@ def write_csv(path: Path, analysis: Analysis, axis_values: dict[str, dict[str, A
         writer = csv.DictWriter(f, fieldnames=[*CSV_COLUMNS[:3], *analysis.axes, *CSV_COLUMNS[3:]], restval="")
         writer.writeheader()
         writer.writerows(csv_rows(analysis, axis_values))
+
+
+def header_markdown(out_dir: Path, info: dict[str, Any], ledger: Ledger, analysis: Analysis) -> str:
+    """The report's opening: what was run, how many runs ended how, how to read the tables, warnings."""
+    statuses = [r["status"] for r in ledger.rows.values()]
+    counts = ", ".join(f"{statuses.count(s)} {s}" for s in ("done", "diverged", "failed") if statuses.count(s))
+    header = [
+        f"# Sweep report: `{out_dir.name}`",
+        "",
+        f"- spec: `{info.get('spec', '?')}`; base: {', '.join(f'`{b}`' for b in info.get('base', [])) or '?'}",
+        f"- fixed: `{json.dumps(info.get('fixed', {}))}`; seeds: {info.get('seeds', '?')}",
+        f"- runs: {len(statuses)} ({counts or 'none'}); baseline: `{analysis.baseline or 'none'}`",
+        (
+            "- statistics over `done` runs only (diverged and failed runs are counted in *runs*, not averaged): "
+            f"mean ± sample std, n, {CONFIDENCE:.0%} CI from Student's t; Δ = cell − baseline, paired by seed, "
+            f"p from a {PAIRED_TEST}; n/a below 2 values. ★ best (by mean) per metric."
+        ),
+    ]
+    header += [f"\n> **Warning:** {w}" for w in analysis.warnings]
+    return "\n".join(header)
 
 
 def build_report(out_dir: Path) -> str:
@@ -253,27 +192,22 @@ def build_report(out_dir: Path) -> str:
     analysis = analyse(ledger, info)
     axis_values = {c.name: {a: c.rows[0].get(a, "") for a in analysis.axes} for c in analysis.cells}
     figures = make_plots(out_dir, analysis)
-    statuses = [r["status"] for r in ledger.rows.values()]
-    counts = ", ".join(f"{statuses.count(s)} {s}" for s in ("done", "diverged", "failed") if statuses.count(s))
-    header = [
-        f"# Sweep report: `{out_dir.name}`",
-        "",
-        f"- spec: `{info.get('spec', '?')}`; base: {', '.join(f'`{b}`' for b in info.get('base', [])) or '?'}",
-        f"- fixed: `{json.dumps(info.get('fixed', {}))}`; seeds: {info.get('seeds', '?')}",
-        f"- runs: {len(statuses)} ({counts or 'none'}); baseline: `{analysis.baseline or 'none'}`",
-        f"- statistics over `done` runs only (diverged and failed runs are counted in *runs*, not averaged): "
-        f"mean ± sample std, n, {CONFIDENCE:.0%} CI from Student's t; Δ = cell − baseline, paired by seed, "
-        f"p from a {PAIRED_TEST}; n/a below 2 values. ★ best (by mean) per metric.",
-    ]
-    header += [f"\n> **Warning:** {w}" for w in analysis.warnings]
+    header = header_markdown(out_dir, info, ledger, analysis)
     tables = tables_markdown(analysis)
-    plot_md = [f"### {caption}\n\n![{caption}]({path.as_posix()})" for caption, path in figures]
-    markdown = "\n".join(header) + "\n\n## Results\n\n" + tables + ("\n\n## Plots\n\n" + "\n\n".join(plot_md) if plot_md else "")
+    sections = [header, "## Results", tables]
+    if figures:
+        sections += ["## Plots"] + [f"### {caption}\n\n![{caption}]({path.as_posix()})" for caption, path in figures]
+    markdown = "\n\n".join(sections)
     (out_dir / "report.md").write_text(markdown + "\n")
     write_csv(out_dir / "report.csv", analysis, axis_values)
-    means = {c.name: {m: c.summaries[m].mean for m in analysis.metrics} | {"params": c.stat("params")} for c in analysis.cells}
+    means = {
+        c.name: {m: c.summaries[m].mean for m in analysis.metrics} | {"params": c.stat("params")}
+        for c in analysis.cells
+    }
     write_summary(out_dir, tables, axis_values, means)
-    main_table = f"{analysis.main}:\n\n{metric_table(analysis, analysis.main)}" if analysis.main else "(no val/* metric logged)"
+    main_table = (
+        f"{analysis.main}:\n\n{metric_table(analysis, analysis.main)}" if analysis.main else "(no val/* metric logged)"
+    )
     return "\n".join([main_table, *(f"Warning: {w}" for w in analysis.warnings)])
 
 

@@ -1,5 +1,5 @@
-"""Runs a sweep: decides what each run needs (skip, resume, start), runs it as a `cli.py fit`
-subprocess with its output teed to `run.log`, and records the outcome in the ledger.
+"""Runs a sweep: decides what each run needs (skip, collect, resume, start), runs it as a
+`cli.py fit` subprocess with its output teed to `run.log`, and records the outcome in the ledger.
 
 Outcomes come from the run's own `run.json` (`RunMetadata`, `DivergenceGuard`): done or diverged;
 anything else (an exception, a signal) is `failed` with the error's last line.
@@ -8,27 +8,22 @@ anything else (an exception, a signal) is `failed` with the error's last line.
 from __future__ import annotations
 
 import concurrent.futures as cf
-import fcntl
 import os
-import pty
 import re
 import shutil
 import signal
-import subprocess
 import sys
-import termios
 import threading
 import time
 import zipfile
 from dataclasses import dataclass
-from typing import Any, BinaryIO, Literal
+from typing import Any, Literal
 
 from experiments.commands import Run
 from experiments.ledger import FINISHED, Ledger, collect_row, read_run_json
-from experiments.spec import ROOT
+from experiments.processes import Processes, tee
 
 Action = Literal["skip", "collect", "resume", "start"]
-TAIL_BYTES = 64 * 1024  # enough output to find the error line of a traceback
 
 
 @dataclass(frozen=True)
@@ -65,14 +60,15 @@ def plan(run: Run, ledger: Ledger, retry_failed: bool) -> Action:
     return "resume" if checkpoint_ok(run) else "start"
 
 
-def error_line(output: str) -> str:
-    """The line of a run's output naming its error: the exception line of the last traceback, else
-    jsonargparse's `error:` line, else the last non-empty line."""
+def error_line(output: str, limit: int = 500) -> str:
+    """A run's error on one line: the exception of the last traceback (with the rest of a multi-line
+    message, which often ends with the cause), else jsonargparse's `error:`, else the last line."""
     text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\r", "", output)  # progress-bar escapes
     lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if re.match(r"^([A-Za-z_][\w.]*(Error|Exception|Interrupt)|error)\b.*:", line):
-            return line
+    for i in range(len(lines) - 1, -1, -1):
+        if re.match(r"^([A-Za-z_][\w.]*(Error|Exception|Interrupt)|error)\b.*:", lines[i]):
+            message = " ".join(lines[i : i + 10])
+            return message if len(message) <= limit else message[: limit - 3] + "..."
     return lines[-1] if lines else ""
 
 
@@ -86,95 +82,6 @@ def outcome(run: Run, returncode: int, output: str) -> Outcome:
     if returncode == 0:
         return Outcome("failed", f"the run exited without finishing (run.json status: {status or 'missing'})")
     return Outcome("failed", error_line(output) or f"exit status {returncode}")
-
-
-class Processes:
-    """The runs in progress, so an interrupted sweep can stop them."""
-
-    def __init__(self) -> None:
-        self._procs: set[subprocess.Popen] = set()
-        self._lock = threading.Lock()
-        self.stopping = False
-
-    def add(self, proc: subprocess.Popen) -> None:
-        with self._lock:
-            self._procs.add(proc)
-
-    def remove(self, proc: subprocess.Popen) -> None:
-        with self._lock:
-            self._procs.discard(proc)
-
-    def stop(self) -> None:
-        self.stopping = True
-        with self._lock:
-            procs = list(self._procs)
-        for proc in procs:
-            if proc.poll() is None:
-                proc.terminate()
-        for proc in procs:
-            try:
-                proc.wait(timeout=30)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-
-
-def _copy_window_size(target: int) -> None:
-    try:
-        size = fcntl.ioctl(sys.stdout.fileno(), termios.TIOCGWINSZ, b"\0" * 8)
-        fcntl.ioctl(target, termios.TIOCSWINSZ, size)
-    except OSError:
-        pass
-
-
-def _echo(chunk: bytes) -> None:
-    out = getattr(sys.stdout, "buffer", None)  # a replaced stdout (tests, notebooks) may be text-only
-    if out is not None:
-        out.write(chunk)
-        out.flush()
-    else:
-        sys.stdout.write(chunk.decode(errors="replace"))
-        sys.stdout.flush()
-
-
-def tee(argv: list[str], env: dict[str, str], log: BinaryIO, echo: bool, procs: Processes) -> tuple[int, str]:
-    """Runs `argv` in the repository root, copying its output to `log` and, with `echo`, to our stdout.
-
-    On a terminal the run gets a pseudo-terminal, so Lightning draws its usual live progress bar.
-
-    Returns:
-        The exit status and the last `TAIL_BYTES` of the output.
-    """
-    terminal = echo and sys.stdout.isatty()
-    if terminal:
-        source, sink = pty.openpty()
-        _copy_window_size(sink)
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
-        os.close(sink)
-    else:
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
-        source = proc.stdout.fileno()
-    procs.add(proc)
-    tail = bytearray()
-    try:
-        while True:
-            try:
-                chunk = os.read(source, 65536)
-            except OSError:  # EIO: the child closed its side of the pseudo-terminal
-                break
-            if not chunk:
-                break
-            log.write(chunk)
-            if echo:
-                _echo(chunk)
-            tail += chunk
-            del tail[:-TAIL_BYTES]
-        return proc.wait(), tail.decode(errors="replace")
-    finally:
-        if terminal:
-            os.close(source)
-        else:
-            proc.stdout.close()
-        procs.remove(proc)
 
 
 def execute(run: Run, action: Action, echo: bool, procs: Processes) -> Outcome:
@@ -200,7 +107,7 @@ def execute(run: Run, action: Action, echo: bool, procs: Processes) -> Outcome:
 
 
 def _clock(seconds: float) -> str:
-    minutes, secs = divmod(int(round(seconds)), 60)
+    minutes, secs = divmod(round(seconds), 60)
     hours, minutes = divmod(minutes, 60)
     return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
 
@@ -218,7 +125,6 @@ class Progress:
         self.total, self.finished, self.jobs = total, finished, jobs
         self.start = time.monotonic()
         self.durations: list[float] = []
-        self.running = 0
         self._lock = threading.Lock()
 
     def _eta(self) -> str:
@@ -232,7 +138,6 @@ class Progress:
 
     def started(self, run: Run, action: Action) -> float:
         with self._lock:
-            self.running += 1
             how = "resuming from its last checkpoint" if action == "resume" else "starting"
             self.say(f"{how} {run.name} · elapsed {_clock(time.monotonic() - self.start)} · {self._eta()}")
         return time.monotonic()
@@ -240,8 +145,7 @@ class Progress:
     def ended(self, run: Run, result: Outcome, started: float | None) -> None:
         with self._lock:
             self.finished += 1
-            if started is not None:
-                self.running -= 1
+            if started is not None:  # collected runs took no time here
                 self.durations.append(time.monotonic() - started)
             note = f": {result.error}" if result.error else ""
             self.say(f"{run.name} {result.status}{note} · {self._eta()}")
@@ -266,7 +170,9 @@ def run_sweep(
     def record(run: Run, result: Outcome) -> None:
         ledger.put(collect_row(run.dir, run.cell, run.seed, result.status, result.error, axis_values[run.cell]))
 
-    def work(run: Run) -> tuple[Run, Outcome]:
+    def work(run: Run) -> tuple[Run, Outcome | None]:
+        if procs.stopping:
+            return run, None
         started = progress.started(run, actions[run])
         result = execute(run, actions[run], echo=jobs == 1, procs=procs)
         if not procs.stopping:
@@ -287,10 +193,12 @@ def run_sweep(
         futures = [pool.submit(work, run) for run in pending]
         for future in cf.as_completed(futures):
             run, result = future.result()
-            record(run, result)  # here only: one thread writes the ledger
+            if result is not None:
+                record(run, result)  # here only: one thread writes the ledger
     except KeyboardInterrupt:
         # unfinished runs stay unrecorded: the next invocation resumes them from their checkpoints
         progress.say("interrupted: stopping the runs in progress; run the same command again to resume")
+        pool.shutdown(wait=False, cancel_futures=True)
         procs.stop()
         raise
     finally:

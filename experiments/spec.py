@@ -137,7 +137,9 @@ def _mapping(value: Any, what: str) -> dict[str, Any]:
         raise SpecError(f"{what} must be a mapping of dotted CLI keys to values, got {value!r}")
     for key in value:
         if any(key == r or key.startswith(r + ".") for r in RESERVED_KEYS):
-            raise SpecError(f"{what}: {key!r} is set by the sweep runner for every run; reserved: {list(RESERVED_KEYS)}")
+            raise SpecError(
+                f"{what}: {key!r} is set by the sweep runner for every run; reserved: {list(RESERVED_KEYS)}"
+            )
     return dict(value)
 
 
@@ -163,7 +165,9 @@ def _expand(raw: Mapping[str, Any]) -> tuple[tuple[str, ...], list[Cell]]:
         entry = _mapping(entry, f"cells[{i}]")
         name = entry.pop("name", None)
         if name is not None and (not isinstance(name, str) or _safe(name) != name or name[0] in "_-"):
-            raise SpecError(f"cells[{i}]: name {name!r} must be filesystem-safe ([A-Za-z0-9._+=,-]) and not start with '_' or '-'")
+            raise SpecError(
+                f"cells[{i}]: name {name!r} must be filesystem-safe ([A-Za-z0-9._+=,-]) and not start with '_' or '-'"
+            )
         overrides.append((name, entry))
     axes = tuple(dict.fromkeys(k for _, o in overrides for k in o))
     labels = _labels(list(axes))
@@ -179,7 +183,9 @@ def _baseline(value: Any, cells: list[Cell]) -> str:
         return value
     wanted = _mapping(value, "baseline")
     matches = [
-        c.name for c in cells if all(k in c.overrides and format_value(c.overrides[k]) == format_value(v) for k, v in wanted.items())
+        c.name
+        for c in cells
+        if all(k in c.overrides and format_value(c.overrides[k]) == format_value(v) for k, v in wanted.items())
     ]
     if len(matches) != 1:
         found = "no cell" if not matches else f"several cells ({matches})"

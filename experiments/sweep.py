@@ -1,4 +1,4 @@
-"""`python cli.py sweep SPEC.yaml [--out DIR] [--jobs N] [--dry-run] [--retry-failed]`
+"""`python cli.py sweep SPEC.yaml [--out DIR] [--jobs N] [--threads T] [--dry-run] [--retry-failed]`
 
 Expands a spec (see `experiments.spec`) into ordinary `cli.py fit` runs, checks all of them with
 the suite's parser before the first starts, runs them (resuming interrupted ones from their last
@@ -11,12 +11,17 @@ Exit status: the number of failed runs (0 when every run is done or diverged; ca
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
+import signal
 import sys
+import threading
+from collections.abc import Iterator
 from pathlib import Path
+from types import FrameType
 
-from experiments.commands import make_runs
+from experiments.commands import available_cores, make_runs
 from experiments.ledger import LEDGER_NAME, Ledger
 from experiments.report import SWEEP_INFO, build_report
 from experiments.runner import plan, run_sweep
@@ -41,6 +46,24 @@ def check_same_sweep(out_dir: Path, spec: Spec) -> None:
         )
 
 
+@contextlib.contextmanager
+def _terminate_as_interrupt() -> Iterator[None]:
+    """SIGTERM (`kill`, a scheduler's preemption) stops the runs in progress like Ctrl-C, instead of
+    leaving them running without the sweep."""
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = signal.signal(signal.SIGTERM, interrupt)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+
+
 def _shown(path: Path) -> str:
     """A path relative to the working directory when it is below it (shorter commands to copy)."""
     try:
@@ -55,11 +78,12 @@ def main(argv: list[str]) -> int:
     parser.add_argument("spec", type=Path, help="the sweep spec (YAML), e.g. experiments/demo.yaml")
     parser.add_argument("--out", type=Path, help="sweep folder (default: runs/<spec name>)")
     parser.add_argument("--jobs", type=int, default=1, help="runs at a time; each gets cores // jobs threads")
+    parser.add_argument("--threads", type=int, help="torch threads per run instead of cores // jobs")
     parser.add_argument("--dry-run", action="store_true", help="print each run's shell command; run nothing")
     parser.add_argument("--retry-failed", action="store_true", help="run again the runs recorded as failed")
     args = parser.parse_args(argv)
-    if args.jobs < 1:
-        parser.error("--jobs must be at least 1")
+    if args.jobs < 1 or (args.threads is not None and args.threads < 1):
+        parser.error("--jobs and --threads must be at least 1")
 
     try:
         spec = load_spec(args.spec)
@@ -69,7 +93,7 @@ def main(argv: list[str]) -> int:
     except SpecError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    runs = make_runs(spec, checked, out_dir, args.jobs)
+    runs = make_runs(spec, checked, out_dir, args.threads or max(1, available_cores() // args.jobs))
     ledger = Ledger(out_dir / LEDGER_NAME, spec.axes)
 
     if args.dry_run:
@@ -86,7 +110,8 @@ def main(argv: list[str]) -> int:
     info.with_suffix(".tmp").write_text(json.dumps(spec.snapshot(), indent=2))
     os.replace(info.with_suffix(".tmp"), info)
     try:
-        run_sweep(runs, ledger, {name: c.axis_values for name, c in checked.items()}, args.jobs, args.retry_failed)
+        with _terminate_as_interrupt():
+            run_sweep(runs, ledger, {name: c.axis_values for name, c in checked.items()}, args.jobs, args.retry_failed)
     except KeyboardInterrupt:
         return 130
 

@@ -18,7 +18,10 @@ def _hparam(value: Any) -> int | float | str | bool:
 
 
 def write_summary(
-    out_dir: Path, markdown: str, axis_values: Mapping[str, Mapping[str, Any]], metrics: Mapping[str, Mapping[str, float]]
+    out_dir: Path,
+    markdown: str,
+    axis_values: Mapping[str, Mapping[str, Any]],
+    metrics: Mapping[str, Mapping[str, float]],
 ) -> Path:
     """Rewrites `DIR/_summary/` (it holds nothing but this summary).
 

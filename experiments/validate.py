@@ -17,10 +17,11 @@ import json
 import logging
 import typing
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from cli import SuiteCLI, cli_main
-from experiments.spec import Cell, Spec, SpecError, format_value
+from experiments.spec import ROOT, Cell, Spec, SpecError, format_value
 
 SEEDED_GROUPS = ("data", "model")  # a `seed` argument of these classes gets the run's seed
 
@@ -52,9 +53,16 @@ def override_args(overrides: dict[str, Any]) -> list[str]:
     return [f"--{key}={format_value(value)}" for key, value in overrides.items()]
 
 
-def cell_args(spec: Spec, cell: Cell) -> list[str]:
-    """The arguments that define a cell: base configs, then fixed, then the cell's overrides."""
-    configs = [arg for path in spec.base for arg in ("-c", path)]
+def cell_args(spec: Spec, cell: Cell, root: Path | None = None) -> list[str]:
+    """The arguments that define a cell: base configs, then fixed, then the cell's overrides.
+
+    Args:
+        spec: the sweep.
+        cell: one of its cells.
+        root: prefix of the config paths (runs start in the repository root and need none; a parse
+            in this process must not depend on its working directory).
+    """
+    configs = [arg for path in spec.base for arg in ("-c", str(root / path) if root else path)]
     return configs + override_args(spec.fixed) + override_args(cell.overrides)
 
 
@@ -91,15 +99,16 @@ def resolve(config: Any, key: str) -> Any:
 
 def _build_dataclasses(config: Any, group: str) -> None:
     """Constructs the dataclass-typed init args of `group`'s class, running their own checks."""
-    spec = config.get(group)
-    if spec is None or "class_path" not in spec:
+    entry = config.get(group)
+    init_args = entry.get("init_args") if entry is not None and "class_path" in entry else None
+    if init_args is None:
         return
-    module, _, name = spec.class_path.rpartition(".")
+    module, _, name = entry.class_path.rpartition(".")
     try:
         hints = typing.get_type_hints(getattr(importlib.import_module(module), name).__init__)
     except (NameError, TypeError):  # unresolvable annotations: the run itself will check
         return
-    for arg, value in (spec.get("init_args") or {}).items():
+    for arg, value in vars(init_args).items():  # top level only: Namespace.items() flattens
         kind = hints.get(arg)
         if isinstance(kind, type) and dataclasses.is_dataclass(kind) and hasattr(value, "as_dict"):
             try:
@@ -126,7 +135,7 @@ def check_cell(spec: Spec, cell: Cell) -> tuple[CheckedCell, str]:
         SpecError: naming the cell and the problem.
     """
     try:
-        config = parse(cell_args(spec, cell))
+        config = parse(cell_args(spec, cell, root=ROOT))
         _build_dataclasses(config, "model")
         _build_dataclasses(config, "data")
         _check_logger(config)

@@ -26,7 +26,9 @@ import argparse
 import datetime
 import importlib
 import json
+import statistics
 import sys
+import threading
 import time
 import traceback
 from dataclasses import asdict, replace
@@ -34,7 +36,7 @@ from pathlib import Path
 
 import torch
 
-from .common import FULL, SMOKE, Context
+from .common import FULL, POSITIONAL_SCHEMES, SMOKE, Context
 from .report import Section, Table, targets_table
 from .timing import load_average, machine_info, matmul_peak_flops
 
@@ -60,14 +62,27 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default=list(SECTIONS),
         help=f"comma-separated subset of: {','.join(SECTIONS)}",
     )
-    parser.add_argument("--compile", action="store_true", help="also time torch.compile (cold compile and steady state)")
-    parser.add_argument("--reps", type=int, help="override the number of interleaved repetitions")
+    parser.add_argument(
+        "--compile", action="store_true", help="also time torch.compile (cold compile and steady state)"
+    )
+    parser.add_argument(
+        "--reps", type=int, help="interleaved repetitions (default 7; caps seqlen's 3 and generation's 3/1)"
+    )
+    parser.add_argument(
+        "--gen-uncached-schemes",
+        type=lambda text: tuple(w.strip() for w in text.split(",") if w.strip()),
+        help="generation: positional schemes that also run without the KV cache at batch > 1 "
+        "(default: all; each costs ~20–60 s on 2 cores)",
+    )
     parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's choice)")
     parser.add_argument("--strict", action="store_true", help="exit 1 when a target fails")
     args = parser.parse_args(argv)
     unknown = [s for s in args.sections if s not in SECTIONS]
     if unknown or not args.sections:
         parser.error(f"unknown section(s) {unknown or args.sections}; choose from {','.join(SECTIONS)}")
+    bad = [p for p in args.gen_uncached_schemes or () if p not in POSITIONAL_SCHEMES]
+    if bad:
+        parser.error(f"unknown positional scheme(s) {bad}; choose from {','.join(POSITIONAL_SCHEMES)}")
     if args.reps is not None and args.reps < 1:
         parser.error("--reps must be at least 1")
     return args
@@ -78,7 +93,7 @@ def run_section(key: str, ctx: Context) -> Section:
     torch.manual_seed(0)
     try:
         section = importlib.import_module(SECTIONS[key]).run(ctx)
-    except Exception:  # report the error and carry on with the other sections
+    except Exception:  # noqa: BLE001 (a failing section is reported, the others still run)
         section = Section(key, key, error=traceback.format_exc())
     section.seconds = time.perf_counter() - start
     section.data["load_average_after"] = load_average()
@@ -95,43 +110,108 @@ def render(meta: dict, sections: list[Section]) -> str:
         f"# Benchmark ({'smoke' if meta['settings']['smoke'] else 'full'})",
         "",
         f"- {meta['date']}, {meta['wall_s']:.0f} s, `{meta['command']}`",
-        f"- {meta['machine']['cpu']}, {meta['machine']['cpu_count']} CPUs, torch {meta['machine']['torch']} "
-        f"with {meta['machine']['torch_threads']} threads",
-        f"- load average (1, 5, 15 min) at start {_load(load[0])}, at end {_load(load[1])}: "
-        "other processes on the machine slow every figure; ratios are interleaved to share the slowdown",
-        f"- fp32 matmul peak measured at start: {meta['peak_flops'] / 1e9:.1f} GFLOP/s "
-        f"({meta['settings']['peak_size']}³, best of {meta['settings']['peak_tries']})",
+        (
+            f"- {meta['machine']['cpu']}, {meta['machine']['cpu_count']} CPUs, torch {meta['machine']['torch']} "
+            f"with {meta['machine']['torch_threads']} threads"
+        ),
+        (
+            f"- load average (1, 5, 15 min) at start {_load(load[0])}, at end {_load(load[1])}; "
+            f"1-min load during the run {_during(meta['load_1min_during'])}: with a load above "
+            f"{meta['machine']['cpu_count']} other processes share these CPUs and slow every figure "
+            "(ratios are interleaved, so both sides share the slowdown)"
+        ),
+        (
+            f"- fp32 matmul peak measured at start: {meta['peak_flops'] / 1e9:.1f} GFLOP/s "
+            f"({meta['settings']['peak_size']}³, best of {meta['settings']['peak_tries']})"
+        ),
     ]
     if meta["settings"]["smoke"]:
         lines.append("- **smoke mode**: tiny shapes and one repetition; the figures say nothing about speed")
     lines += ["", targets.markdown() if targets.rows else "_no targets in these sections_", ""]
     for section in sections:
         load_after = section.data.get("load_average_after")
-        lines += [section.markdown(), f"_load average after this section: {_load(load_after)}_", ""]
+        lines += [section.markdown(), "", f"_load average after this section: {_load(load_after)}_", ""]
     return "\n".join(lines)
+
+
+def _during(summary: dict | None) -> str:
+    if summary is None:
+        return "n/a"
+    return f"min {summary['min']:.2f}, median {summary['median']:.2f}, max {summary['max']:.2f}"
 
 
 def _load(load) -> str:
     return "n/a" if load is None else ", ".join(f"{x:.2f}" for x in load)
 
 
+class LoadSampler:
+    """Samples the 1-minute load average every `period` seconds while the benchmark runs."""
+
+    def __init__(self, period: float = 5.0):
+        self.samples: list[float] = []
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, args=(period,), daemon=True)
+
+    def _run(self, period: float) -> None:
+        while True:
+            load = load_average()
+            if load is not None:
+                self.samples.append(load[0])
+            if self._stop.wait(period):
+                return
+
+    def __enter__(self):
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self._stop.set()
+        self._thread.join()
+
+    def summary(self) -> dict | None:
+        if not self.samples:
+            return None
+        return {"min": min(self.samples), "median": statistics.median(self.samples), "max": max(self.samples)}
+
+
 def main(argv: list[str] | None = None) -> int:
     args = parse_args(sys.argv[1:] if argv is None else argv)
+    threads = torch.get_num_threads()
     if args.threads:
         torch.set_num_threads(args.threads)
+    try:
+        return _run(args, argv)
+    finally:
+        torch.set_num_threads(threads)
+
+
+def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     settings = SMOKE if args.smoke else FULL
     settings = replace(settings, compile=args.compile and not args.smoke)
+    if args.gen_uncached_schemes is not None:
+        settings = replace(settings, gen_uncached_schemes=args.gen_uncached_schemes)
     if args.reps:
-        settings = replace(settings, reps=args.reps, lightning_reps=args.reps, seq_reps=args.reps)
+
+        def fewer(n: int) -> int:  # seqlen and generation run fewer repetitions by default
+            return min(n, args.reps)
+
+        settings = replace(
+            settings,
+            reps=args.reps,
+            lightning_reps=args.reps,
+            seq_reps=fewer(settings.seq_reps),
+            gen_reps=tuple(map(fewer, settings.gen_reps)),
+        )
     start = time.perf_counter()
     load_start = load_average()
     peak = matmul_peak_flops(settings.peak_size, settings.peak_tries)
     ctx = Context(settings, peak)
     sections = []
-    for key in args.sections:
-        print(f"[bench] {key} ...", file=sys.stderr, flush=True)
-        sections.append(run_section(key, ctx))
-        print(f"[bench] {key} done in {sections[-1].seconds:.0f} s", file=sys.stderr, flush=True)
+    with LoadSampler() as sampler:
+        for key in args.sections:
+            print(f"[bench] {key} ...", file=sys.stderr, flush=True)
+            sections.append(run_section(key, ctx))
+            print(f"[bench] {key} done in {sections[-1].seconds:.0f} s", file=sys.stderr, flush=True)
     meta = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
         "command": "python cli.py bench " + " ".join(sys.argv[1:] if argv is None else argv),
@@ -139,6 +219,7 @@ def main(argv: list[str] | None = None) -> int:
         "machine": machine_info(),
         "load_average_start": load_start,
         "load_average_end": load_average(),
+        "load_1min_during": sampler.summary(),
         "peak_flops": peak,
         "settings": asdict(settings),
     }

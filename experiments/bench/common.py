@@ -2,16 +2,24 @@
 
 from __future__ import annotations
 
+import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
+from torch.profiler import ProfilerActivity, profile
 
 from models import ArchConfig
 
 POSITIONAL_SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi", "t5")
+# SDPA's CPU implementations as torch.profiler names them
+KERNELS = {
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "flash (CPU)",
+    "aten::_scaled_dot_product_attention_math": "math (materialises T×T scores)",
+    "aten::_scaled_dot_product_efficient_attention": "mem-efficient",
+}
 
 
 @dataclass(frozen=True)
@@ -45,6 +53,9 @@ class Settings:
     gen_prompt: int = 8
     gen_batches: tuple[int, ...] = (1, 32)
     gen_reps: tuple[int, ...] = (3, 1)
+    # schemes whose generation without the cache also runs at batch > 1 (each ~20–60 s on 2 cores);
+    # None: all. Batch 1 runs both ways for every scheme.
+    gen_uncached_schemes: tuple[str, ...] | None = None
     # ViT
     vit_image: int = 32
     vit_patch: int = 4
@@ -54,18 +65,18 @@ class Settings:
     vit_classes: int = 10
     vit_batch: int = 64
     # sweeps: training steps each worker process times
-    sweep_steps: int = 8
+    sweep_steps: int = 2
     # data loading: steps timed
     data_steps: int = 20
 
     def arch(self, **overrides) -> ArchConfig:
-        fields = dict(
-            vocab_size=self.vocab_size,
-            d_model=self.d_model,
-            n_layers=self.n_layers,
-            n_heads=self.n_heads,
-            max_seq_len=self.seq_len,
-        )
+        fields = {
+            "vocab_size": self.vocab_size,
+            "d_model": self.d_model,
+            "n_layers": self.n_layers,
+            "n_heads": self.n_heads,
+            "max_seq_len": self.seq_len,
+        }
         return ArchConfig(**(fields | overrides))
 
 
@@ -141,10 +152,20 @@ def lm_train_step(
     return step
 
 
-
 @dataclass
 class Context:
     """What every section receives: the run's settings and the matmul peak measured at start."""
 
     settings: Settings
     peak_flops: float  # fp32 FLOP/s of a large square matmul, best of several
+
+
+def profile_step(step) -> tuple[int, set[str]]:
+    """(peak bytes above the starting level, SDPA kernels) of one call of `step`."""
+    with profile(activities=[ProfilerActivity.CPU], profile_memory=True) as prof:
+        step()
+    events = prof.profiler.kineto_results.events()
+    memory = sorted((e for e in events if e.name() == "[memory]"), key=lambda e: e.start_ns())
+    live = itertools.accumulate((e.nbytes() for e in memory), initial=0)
+    kernels = {KERNELS[e.name()] for e in events if e.name() in KERNELS}
+    return max(live), kernels

@@ -86,19 +86,21 @@ class ReferenceGPT(nn.Module):
         return self.head(self.ln_f(x))
 
     @classmethod
-    def like(cls, cfg) -> "ReferenceGPT":
+    def like(cls, cfg) -> ReferenceGPT:
         """The reference with the dimensions of a suite `ArchConfig` (the other fields must be the
         defaults listed in the module docstring)."""
-        expected = dict(pos_encoding="learned", norm="layernorm", norm_placement="pre", activation="gelu")
+        expected = {"pos_encoding": "learned", "norm": "layernorm", "norm_placement": "pre", "activation": "gelu"}
         wrong = {k: getattr(cfg, k) for k, v in expected.items() if getattr(cfg, k) != v}
         if wrong or not (cfg.bias and cfg.tie_embeddings and cfg.n_kv_heads in (None, cfg.n_heads)):
             raise ValueError(f"the reference GPT has one architecture; this config differs: {wrong or cfg}")
         if cfg.ffn_dim != 4 * cfg.d_model or cfg.attn_scale is not None or cfg.embed_scale != 1.0:
             raise ValueError("the reference GPT has a 4·d MLP, 1/sqrt(head_dim) scores and unscaled embeddings")
-        return cls(cfg.vocab_size, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.max_seq_len, cfg.gelu_approximate, cfg.norm_eps)
+        return cls(
+            cfg.vocab_size, cfg.d_model, cfg.n_layers, cfg.n_heads, cfg.max_seq_len, cfg.gelu_approximate, cfg.norm_eps
+        )
 
     @torch.no_grad()
-    def load_suite_weights(self, gpt: nn.Module) -> "ReferenceGPT":
+    def load_suite_weights(self, gpt: nn.Module) -> ReferenceGPT:
         """Copy a suite `GPT`'s weights (same architecture) into this model."""
         src = gpt.state_dict()
         names = {"wte": "tok", "wpe": "stack.pos.table", "ln_f": "stack.final_norm"}

@@ -1,14 +1,15 @@
 """Sweep parallelism: two single-thread training processes side by side against one two-thread
 process, in total tokens/s, and the `--jobs` setting that follows for this machine.
 
-Worker processes are started once and kept: each builds the benchmark GPT, warms up, says
-`ready`, then runs `run K` commands (K training steps, timed inside the worker) until `exit`.
-Repetition r runs the one two-thread worker for K steps, then both single-thread workers for K
-steps at once (alternating which comes first), so the two set-ups are interleaved like every other
-comparison and process start-up (importing torch) is not in the figures. The side-by-side total is
-(tokens of both workers) ÷ (the slower worker's time).
+One worker process per core is started once and kept: each builds the benchmark GPT, warms up,
+says `ready`, then runs `run K THREADS` commands (torch.set_num_threads(THREADS), then K training
+steps, timed inside the worker) until `exit`. Repetition r runs worker 0 alone with every core's
+thread for K steps, then all workers with one thread each for K steps at once (alternating which
+set-up comes first), so the two set-ups are interleaved like every other comparison and process
+start-up (importing torch) is not in the figures. The side-by-side total is (tokens of all
+workers) ÷ (the slowest worker's time).
 
-    python -m experiments.bench.sweeps --worker --threads 1 --arch '{"d_model": 128, ...}' --batch 32
+    python -m experiments.bench.sweeps --worker --arch '{"d_model": 128, ...}' --batch 32 --seq 128
 """
 
 from __future__ import annotations
@@ -29,11 +30,10 @@ from .report import Section, Table
 ROOT = Path(__file__).resolve().parents[2]
 
 
-def worker(threads: int, arch: dict, batch: int, seq: int) -> None:
+def worker(arch: dict, batch: int, seq: int) -> None:
     import torch
 
-    torch.set_num_threads(threads)
-    from models import ArchConfig, GPT
+    from models import GPT, ArchConfig
 
     from .common import lm_train_step, token_batch
 
@@ -43,13 +43,17 @@ def worker(threads: int, arch: dict, batch: int, seq: int) -> None:
     # plain fused AdamW: the suite's parameter groups change weight decay, not cost, and importing
     # them would import Lightning into every worker
     step = lm_train_step(model, ids, labels, optimizer=torch.optim.AdamW(model.parameters(), fused=True))
-    step()
+    cores = torch.get_num_threads()
+    for threads in (1, cores):  # warm up under both thread counts
+        torch.set_num_threads(threads)
+        step()
     print("ready", flush=True)
     for line in sys.stdin:
         words = line.split()
         if not words or words[0] == "exit":
             break
-        k = int(words[1])
+        k, threads = int(words[1]), int(words[2])
+        torch.set_num_threads(threads)
         start = time.perf_counter()
         for _ in range(k):
             step()
@@ -57,11 +61,10 @@ def worker(threads: int, arch: dict, batch: int, seq: int) -> None:
 
 
 class Worker:
-    def __init__(self, threads: int, arch: dict, batch: int, seq: int):
-        cmd = [sys.executable, "-m", "experiments.bench.sweeps", "--worker", "--threads", str(threads)]
+    def __init__(self, arch: dict, batch: int, seq: int):
+        cmd = [sys.executable, "-m", "experiments.bench.sweeps", "--worker"]
         cmd += ["--arch", json.dumps(arch), "--batch", str(batch), "--seq", str(seq)]
-        env = os.environ | {"OMP_NUM_THREADS": str(threads), "MKL_NUM_THREADS": str(threads)}
-        self.proc = subprocess.Popen(cmd, cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+        self.proc = subprocess.Popen(cmd, cwd=ROOT, stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
 
     def expect_ready(self) -> None:
         line = self.proc.stdout.readline()
@@ -97,22 +100,20 @@ def run(ctx: Context) -> Section:
     reps = s.reps
     workers: list[Worker] = []
     try:
-        one = Worker(cores, arch, s.batch_size, s.seq_len)
-        many = [Worker(1, arch, s.batch_size, s.seq_len) for _ in range(cores)]
-        workers = [one, *many]
+        workers = [Worker(arch, s.batch_size, s.seq_len) for _ in range(cores)]
         for w in workers:
             w.expect_ready()
         single, side = [], []
 
         def run_single() -> None:
-            one.send(f"run {k}")
-            r = one.result()
+            workers[0].send(f"run {k} {cores}")
+            r = workers[0].result()
             single.append(r["tokens"] / r["seconds"])
 
         def run_side() -> None:
-            for w in many:
-                w.send(f"run {k}")
-            results = [w.result() for w in many]
+            for w in workers:
+                w.send(f"run {k} 1")
+            results = [w.result() for w in workers]
             side.append(sum(r["tokens"] for r in results) / max(r["seconds"] for r in results))
 
         for r in range(reps):
@@ -145,12 +146,11 @@ def run(ctx: Context) -> Section:
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--worker", action="store_true", required=True)
-    parser.add_argument("--threads", type=int, required=True)
     parser.add_argument("--arch", type=json.loads, required=True)
     parser.add_argument("--batch", type=int, required=True)
     parser.add_argument("--seq", type=int, required=True)
     args = parser.parse_args()
-    worker(args.threads, args.arch, args.batch, args.seq)
+    worker(args.arch, args.batch, args.seq)
 
 
 if __name__ == "__main__":

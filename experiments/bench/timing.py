@@ -41,7 +41,7 @@ class Timing:
     def reps(self) -> int:
         return len(self.samples)
 
-    def rate(self, work: float) -> "Rate":
+    def rate(self, work: float) -> Rate:
         """`work` units per call -> units per second (median and range)."""
         return Rate(work / self.median, work / self.max, work / self.min)
 
@@ -70,6 +70,13 @@ def ratio_range(a: Timing, b: Timing) -> tuple[float, float, float]:
     """time(a) / time(b): the ratio of medians, and the range over paired repetitions."""
     pairs = [x / y for x, y in zip(a.samples, b.samples)]
     return a.median / b.median, min(pairs), max(pairs)
+
+
+def paired_detail(ratio: tuple[float, float, float], threshold: float) -> str:
+    """'paired reps lo–hi', flagged when the paired range straddles the threshold (a verdict that
+    the run's noise could flip)."""
+    text = f"paired reps {ratio[1]:.2f}–{ratio[2]:.2f}"
+    return text + " (straddles the threshold: within noise)" if ratio[1] <= threshold <= ratio[2] else text
 
 
 def time_call(fn: Callable[[], object]) -> float:
@@ -104,7 +111,9 @@ def interleaved(
     return result
 
 
-def matmul_peak_flops(size: int = 2048, tries: int = 5, dtype: torch.dtype = torch.float32, device: str = "cpu") -> float:
+def matmul_peak_flops(
+    size: int = 2048, tries: int = 5, dtype: torch.dtype = torch.float32, device: str = "cpu"
+) -> float:
     """The best FLOP/s of a size³ square matmul over `tries` (after one warm-up): the achievable
     matmul peak of this machine with torch's current thread count, used as MFU's denominator."""
     a = torch.randn(size, size, dtype=dtype, device=device)

@@ -11,10 +11,10 @@ from torch import nn
 
 from models import GPT
 
-from .common import POSITIONAL_SCHEMES, Context, lm_train_step, token_batch
+from .common import POSITIONAL_SCHEMES, Context, lm_train_step, profile_step, token_batch
 from .reference_gpt import ReferenceGPT
 from .report import Section, Table, Target
-from .timing import interleaved, ratio_range, time_call
+from .timing import interleaved, paired_detail, ratio_range, time_call
 
 
 def hf_gpt2(s, activation: str = "gelu_new") -> nn.Module:
@@ -52,6 +52,17 @@ def sdpa_mask_of(model: GPT, T: int) -> str:
     return f"None (is_causal={is_causal})" if mask is None else f"{tuple(mask.shape)} {str(mask.dtype)[6:]}"
 
 
+def attention_kernels(model: nn.Module, ids: torch.Tensor, forward=None) -> set[str]:
+    """The SDPA kernels a forward + backward of `model` runs (torch.profiler op names)."""
+
+    def step() -> None:
+        logits = forward(model, ids) if forward is not None else model(ids)
+        logits.sum().backward()
+        model.zero_grad(set_to_none=True)
+
+    return profile_step(step)[1]
+
+
 def run(ctx: Context) -> Section:
     from models.interop import from_reference
 
@@ -85,12 +96,27 @@ def run(ctx: Context) -> Section:
         "transformers GPT-2 (gelu_pytorch_tanh)": lm_train_step(hf_fused, ids, labels, hf_forward),
     }
     times = interleaved(candidates, s.reps, s.warmup)
+    forwards = {
+        "suite GPT": (suite, None),
+        "plain reference GPT": (reference, None),
+        "transformers GPT-2 (gelu_new)": (hf, hf_forward),
+        "transformers GPT-2 (gelu_pytorch_tanh)": (hf_fused, hf_forward),
+    }
+    kernels = {name: attention_kernels(model, ids[:2], fwd) for name, (model, fwd) in forwards.items()}
 
     n = suite._matmul_parameters()
     flops_6n = 6.0 * n
     flops_attn = 3.0 * suite.flops_per_token(s.seq_len, include_attention=True)
     table = Table(
-        ["model", "step time", "tokens/s (median, min–max)", "suite speed ÷ this", "MFU 6·N", "MFU 6·N + attn"],
+        [
+            "model",
+            "step time",
+            "tokens/s (median, min–max)",
+            "suite speed ÷ this",
+            "MFU 6·N",
+            "MFU 6·N + attn",
+            "SDPA kernel",
+        ],
         title=f"tokens/step {tokens}; N = {n:,} matmul params (tied head included); "
         f"peak {ctx.peak_flops / 1e9:.1f} GFLOP/s fp32 (measured)",
     )
@@ -100,8 +126,22 @@ def run(ctx: Context) -> Section:
         rate = t.rate(tokens)
         speedup = ratio_range(t, suite_t)
         mfu, mfu_attn = rate.median * flops_6n / ctx.peak_flops, rate.median * flops_attn / ctx.peak_flops
-        table.add(name, t.fmt("ms"), rate.fmt(), f"{speedup[0]:.3f} ({speedup[1]:.2f}–{speedup[2]:.2f})", f"{mfu:.1%}", f"{mfu_attn:.1%}")
-        results[name] = {"timing": t.to_json(), "tokens_per_s": rate.to_json(), "mfu_6n": mfu, "mfu_6n_attn": mfu_attn, "suite_speedup": speedup}
+        table.add(
+            name,
+            t.fmt("ms"),
+            rate.fmt(),
+            f"{speedup[0]:.3f} ({speedup[1]:.2f}–{speedup[2]:.2f})",
+            f"{mfu:.1%}",
+            f"{mfu_attn:.1%}",
+            ", ".join(sorted(kernels[name])) or "?",
+        )
+        results[name] = {
+            "timing": t.to_json(),
+            "tokens_per_s": rate.to_json(),
+            "mfu_6n": mfu,
+            "mfu_6n_attn": mfu_attn,
+            "suite_speedup": speedup,
+        }
     section.tables.append(table)
     section.data["models"] = results
     section.data["matmul_params"] = n
@@ -110,12 +150,17 @@ def run(ctx: Context) -> Section:
 
     def speedup_target(name: str, threshold: float, label: str) -> Target:
         r = ratio_range(times[name], suite_t)
-        return Target(label, r[0], threshold, detail=f"paired reps {r[1]:.2f}–{r[2]:.2f}")
+        return Target(label, r[0], threshold, detail=paired_detail(r, threshold))
 
     section.targets += [
         speedup_target("plain reference GPT", 1.0, "suite GPT ÷ plain reference (tokens/s)"),
         speedup_target("transformers GPT-2 (gelu_new)", 1.3, "suite GPT ÷ transformers GPT-2 (tokens/s)"),
-        Target("suite GPT MFU (6·N)", results["suite GPT"]["mfu_6n"], 0.5, detail=f"with attention FLOPs: {results['suite GPT']['mfu_6n_attn']:.1%}"),
+        Target(
+            "suite GPT MFU (6·N)",
+            results["suite GPT"]["mfu_6n"],
+            0.5,
+            detail=f"with attention FLOPs: {results['suite GPT']['mfu_6n_attn']:.1%}",
+        ),
     ]
 
     # --- the kernel cost of each ablation cell: positional schemes against `none`, RMSNorm against LayerNorm
@@ -135,7 +180,13 @@ def run(ctx: Context) -> Section:
     section.data["cells"] = {}
     for name, t in cell_times.items():
         r = ratio_range(t, base)
-        cells_table.add(name, t.fmt("ms"), t.rate(tokens).fmt(), f"{r[0]:.3f} ({r[1]:.2f}–{r[2]:.2f})", sdpa_mask_of(models[name], s.seq_len))
+        cells_table.add(
+            name,
+            t.fmt("ms"),
+            t.rate(tokens).fmt(),
+            f"{r[0]:.3f} ({r[1]:.2f}–{r[2]:.2f})",
+            sdpa_mask_of(models[name], s.seq_len),
+        )
         section.data["cells"][name] = {"timing": t.to_json(), "time_vs_baseline": r}
     section.tables.append(cells_table)
 

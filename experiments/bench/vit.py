@@ -8,7 +8,7 @@ import torch.nn.functional as F
 
 from .common import Context, make_optimizer
 from .report import Section, Table, Target
-from .timing import interleaved, ratio_range
+from .timing import interleaved, paired_detail, ratio_range
 
 
 def image_train_step(model, images, labels):
@@ -50,7 +50,10 @@ def run(ctx: Context) -> Section:
         diff = (suite(images) - reference(images)).abs().max().item()
     fused = getattr(reference.blocks[0].attn, "fused_attn", None)
     times = interleaved(
-        {"suite ViT": image_train_step(suite, images, labels), "timm VisionTransformer": image_train_step(reference, images, labels)},
+        {
+            "suite ViT": image_train_step(suite, images, labels),
+            "timm VisionTransformer": image_train_step(reference, images, labels),
+        },
         s.reps,
         s.warmup,
     )
@@ -65,7 +68,7 @@ def run(ctx: Context) -> Section:
         table.add(name, t.fmt("ms"), rate.fmt(), f"{rate.median * flops / ctx.peak_flops:.1%}")
     section.tables.append(table)
     r = ratio_range(times["timm VisionTransformer"], times["suite ViT"])
-    section.targets.append(Target("suite ViT ÷ timm (images/s)", r[0], 1.0, detail=f"paired reps {r[1]:.2f}–{r[2]:.2f}"))
+    section.targets.append(Target("suite ViT ÷ timm (images/s)", r[0], 1.0, detail=paired_detail(r, 1.0)))
     section.notes.append(f"Same weights (from_reference); max |logit difference| suite vs timm: {diff:.2e}.")
     section.data = {name: t.to_json() for name, t in times.items()} | {"speedup": r, "max_logit_diff": diff}
     return section

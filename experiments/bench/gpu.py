@@ -1,0 +1,204 @@
+"""GPU benchmark: a GPT-2-small-sized model (12 layers, d_model 768, 12 heads, seq 1024), bf16
+autocast, training-step tokens/s and MFU against the GPU's measured bf16 matmul peak; the suite's
+GPT (built from the transformers model by `models.interop.from_reference`, same weights) against
+transformers' GPT2LMHeadModel (SDPA attention) of the same architecture.
+
+    python -m experiments.bench.gpu [--out DIR] [--batch 16] [--reps 10] [--compile]
+    python -m experiments.bench.gpu --smoke --device cpu     # checks the script's logic on a CPU
+
+Runs in a few minutes on one modern GPU (well under 10). Without CUDA it prints why and exits
+with status 1, measuring nothing. Writes gpu.md and gpu.json to --out (default
+experiments/results/bench/).
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import sys
+import time
+from pathlib import Path
+
+import torch
+import torch.nn.functional as F
+
+from .report import Table
+from .timing import interleaved, machine_info, matmul_peak_flops, ratio_range
+
+DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results" / "bench"
+SHAPES = {
+    "full": {"vocab": 50304, "d_model": 768, "n_layers": 12, "n_heads": 12, "seq": 1024, "peak_size": 8192},
+    "smoke": {"vocab": 64, "d_model": 32, "n_layers": 1, "n_heads": 2, "seq": 16, "peak_size": 256},
+}
+
+
+def build_hf(shape: dict, activation: str):
+    from transformers import GPT2Config, GPT2LMHeadModel
+
+    config = GPT2Config(
+        vocab_size=shape["vocab"],
+        n_positions=shape["seq"],
+        n_embd=shape["d_model"],
+        n_layer=shape["n_layers"],
+        n_head=shape["n_heads"],
+        activation_function=activation,
+        resid_pdrop=0.0,
+        embd_pdrop=0.0,
+        attn_pdrop=0.0,
+        bos_token_id=0,
+        eos_token_id=0,
+    )
+    config._attn_implementation = "sdpa"
+    torch.manual_seed(0)
+    return GPT2LMHeadModel(config)
+
+
+def train_step(model, ids, labels, device: str, hf: bool):
+    model.to(device).train()
+    optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), fused=True)
+    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+
+    def step():
+        with torch.autocast(device_type=device, dtype=torch.bfloat16):
+            out = model(input_ids=ids, use_cache=False).logits if hf else model(ids)
+            loss = F.cross_entropy(out.flatten(0, 1).float(), labels.flatten())
+        loss.backward()
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        sync()
+
+    return step
+
+
+def parse_args(argv):
+    parser = argparse.ArgumentParser(prog="python -m experiments.bench.gpu", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--batch", type=int, default=16, help="sequences per step (default 16: 16,384 tokens)")
+    parser.add_argument("--reps", type=int, default=10, help="interleaved repetitions")
+    parser.add_argument("--warmup", type=int, default=3)
+    parser.add_argument("--compile", action="store_true", help="also time the suite GPT under torch.compile")
+    parser.add_argument("--device", default="cuda", choices=("cuda", "cpu"), help="cpu only to check the script")
+    parser.add_argument("--smoke", action="store_true", help="tiny shapes, one repetition")
+    return parser.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(sys.argv[1:] if argv is None else argv)
+    if args.device == "cuda" and not torch.cuda.is_available():
+        print(
+            "experiments.bench.gpu: CUDA is not available on this machine (torch.cuda.is_available() is False); "
+            "nothing was measured. Run it on a machine with an NVIDIA GPU (or `--smoke --device cpu` to check "
+            "the script itself).",
+            file=sys.stderr,
+        )
+        return 1
+    from models.interop import from_reference
+
+    shape = SHAPES["smoke" if args.smoke else "full"]
+    reps, warmup, batch = (1, 1, 2) if args.smoke else (args.reps, args.warmup, args.batch)
+    device = args.device
+    if device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+        torch.backends.cudnn.allow_tf32 = True
+    start = time.perf_counter()
+    peak = matmul_peak_flops(shape["peak_size"], tries=5 if not args.smoke else 1, dtype=torch.bfloat16, device=device)
+
+    hf = build_hf(shape, "gelu_new")
+    suite = from_reference(hf)  # same weights, GELU tanh as a fused kernel
+    hf_fused = build_hf(shape, "gelu_pytorch_tanh")
+    hf_fused.load_state_dict(hf.state_dict())
+    g = torch.Generator().manual_seed(0)
+    tokens = torch.randint(0, shape["vocab"], (batch, shape["seq"] + 1), generator=g).to(device)
+    ids, labels = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
+    candidates = {
+        "suite GPT": train_step(suite, ids, labels, device, hf=False),
+        "transformers GPT-2 (gelu_new)": train_step(hf, ids, labels, device, hf=True),
+        "transformers GPT-2 (gelu_pytorch_tanh)": train_step(hf_fused, ids, labels, device, hf=True),
+    }
+    cold = None
+    if args.compile:
+        compiled = torch.compile(copy.deepcopy(suite))
+        candidates["suite GPT, torch.compile"] = train_step(compiled, ids, labels, device, hf=False)
+        t0 = time.perf_counter()
+        candidates["suite GPT, torch.compile"]()
+        cold = time.perf_counter() - t0
+    times = interleaved(candidates, reps, warmup)
+    memory = {}
+    if device == "cuda":
+        for name, step in candidates.items():
+            torch.cuda.reset_peak_memory_stats()
+            step()
+            memory[name] = torch.cuda.max_memory_allocated() / 2**30
+
+    n = suite._matmul_parameters()
+    flops_6n = 6.0 * n
+    flops_attn = 3.0 * suite.flops_per_token(shape["seq"], include_attention=True)
+    n_tokens = ids.numel()
+    table = Table(
+        [
+            "model",
+            "step time",
+            "tokens/s (median, min–max)",
+            "suite speed ÷ this",
+            "MFU 6·N",
+            "MFU 6·N + attn",
+            "peak GiB",
+        ],
+        title=f"{shape['n_layers']} layers, d_model {shape['d_model']}, {shape['n_heads']} heads, vocab {shape['vocab']}, "
+        f"seq {shape['seq']}, batch {batch}, bf16 autocast; N = {n:,} matmul params; measured bf16 matmul peak "
+        f"{peak / 1e12:.1f} TFLOP/s",
+    )
+    results = {}
+    for name, t in times.items():
+        rate = t.rate(n_tokens)
+        r = ratio_range(t, times["suite GPT"])
+        mfu, mfu_attn = rate.median * flops_6n / peak, rate.median * flops_attn / peak
+        table.add(
+            name,
+            t.fmt("ms"),
+            rate.fmt(),
+            f"{r[0]:.3f}",
+            f"{mfu:.1%}",
+            f"{mfu_attn:.1%}",
+            f"{memory.get(name, float('nan')):.1f}",
+        )
+        results[name] = {
+            "timing": t.to_json(),
+            "tokens_per_s": rate.to_json(),
+            "mfu_6n": mfu,
+            "mfu_6n_attn": mfu_attn,
+            "suite_speedup": r,
+        }
+    device_name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
+    lines = [
+        f"# GPU benchmark ({'smoke' if args.smoke else 'full'}) on {device_name}",
+        "",
+        f"- torch {torch.__version__}; {time.perf_counter() - start:.0f} s",
+        "",
+        table.markdown(),
+    ]
+    if cold is not None:
+        lines += ["", f"- torch.compile cold start (first step): {cold:.1f} s"]
+    markdown = "\n".join(lines)
+    print(markdown)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = "gpu-smoke" if args.smoke else "gpu"
+    (args.out / f"{stem}.md").write_text(markdown + "\n")
+    report = {
+        "device": device_name,
+        "machine": machine_info(),
+        "shape": shape,
+        "batch": batch,
+        "peak_flops": peak,
+        "matmul_params": n,
+        "results": results,
+        "peak_memory_gib": memory,
+        "compile_cold_s": cold,
+    }
+    (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
