@@ -17,7 +17,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from datamodules.download import DEFAULT_CACHE_DIR, sha256_bytes
-from datamodules.sampling import EpochSampler, generator
+from datamodules.sampling import EpochSampler, generator, resumable_batches
 
 AlgorithmicTaskName = Literal["copy", "reverse", "addition"]
 
@@ -188,8 +188,10 @@ class AlgorithmicDataModule(pl.LightningDataModule):
     def _loader(self, instances: list[Instance], shuffle: bool) -> DataLoader:
         return DataLoader(
             instances,  # type: ignore[arg-type]  # a list is a map-style dataset
-            batch_size=self.batch_size,
-            sampler=EpochSampler(len(instances), self.seed, shuffle),
+            # training batches resume mid-epoch after a restore; evaluation starts at its first batch
+            batch_sampler=resumable_batches(
+                EpochSampler(len(instances), self.seed, shuffle), self.batch_size, self.trainer if shuffle else None
+            ),
             collate_fn=collate_instances,
             num_workers=self.num_workers,
             generator=torch.Generator().manual_seed(self.seed),

@@ -17,7 +17,7 @@ from torchvision import datasets as tv_datasets
 from torchvision.transforms import v2
 
 from datamodules.download import DEFAULT_CACHE_DIR
-from datamodules.sampling import EpochSampler
+from datamodules.sampling import EpochSampler, resumable_batches
 
 ImageDatasetName = Literal["digits", "cifar10", "mnist", "fashion_mnist"]
 
@@ -218,8 +218,10 @@ class ImageDataModule(pl.LightningDataModule):
     def _loader(self, dataset: ImageTensors, shuffle: bool) -> DataLoader:
         return DataLoader(
             dataset,
-            batch_size=self.batch_size,
-            sampler=EpochSampler(len(dataset), self.seed, shuffle),
+            # training batches resume mid-epoch after a restore; evaluation starts at its first batch
+            batch_sampler=resumable_batches(
+                EpochSampler(len(dataset), self.seed, shuffle), self.batch_size, self.trainer if shuffle else None
+            ),
             collate_fn=collate_images,
             num_workers=self.num_workers,
             generator=torch.Generator().manual_seed(self.seed),  # seeds the workers' augmentations

@@ -7,9 +7,10 @@ the position to start from.
 """
 
 from collections.abc import Callable, Iterator, Sequence
+from itertools import islice
 
 import torch
-from torch.utils.data import Sampler
+from torch.utils.data import BatchSampler, Sampler
 
 _MASK64 = (1 << 64) - 1
 
@@ -123,3 +124,40 @@ class BucketBatchSampler(Sampler[list[int]]):
 
     def __iter__(self) -> Iterator[list[int]]:
         return iter(self._batches())
+
+
+class ResumeBatches(Sampler[list[int]]):
+    """Skips, once, the batches a run restored mid-epoch has already trained on, so the batch at
+    every global step is the same with or without the restart (Lightning restarts a plain loader's
+    epoch from its first batch).
+
+    Args:
+        batch_sampler: the epoch's batches; its ``.sampler`` (an :class:`EpochSampler`) is exposed
+            so Lightning still sets the epoch.
+        skip: batches to skip in the first epoch iterated (see :func:`batches_done_this_epoch`).
+    """
+
+    def __init__(self, batch_sampler: Sampler[list[int]], skip: int) -> None:
+        self.batch_sampler, self.skip = batch_sampler, skip
+        self.sampler = batch_sampler.sampler
+
+    def __len__(self) -> int:
+        return len(self.batch_sampler)
+
+    def __iter__(self) -> Iterator[list[int]]:
+        skip, self.skip = self.skip, 0
+        return islice(iter(self.batch_sampler), skip, None)
+
+
+def batches_done_this_epoch(trainer, batches_per_epoch: int) -> int:
+    """Training batches of the current epoch already consumed: 0 for a new run or no trainer."""
+    if trainer is None:
+        return 0
+    done = trainer.global_step * trainer.accumulate_grad_batches - trainer.current_epoch * batches_per_epoch
+    return max(0, done)
+
+
+def resumable_batches(sampler: EpochSampler, batch_size: int, trainer=None) -> ResumeBatches:
+    """Batches of ``sampler`` (last one partial) that resume mid-epoch when ``trainer`` was restored."""
+    batches = BatchSampler(sampler, batch_size, drop_last=False)
+    return ResumeBatches(batches, batches_done_this_epoch(trainer, len(batches)))

@@ -12,7 +12,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from datamodules.download import DEFAULT_CACHE_DIR, resolve, sha256_bytes
-from datamodules.sampling import BucketBatchSampler, EpochSampler, generator
+from datamodules.sampling import BucketBatchSampler, EpochSampler, ResumeBatches, batches_done_this_epoch, generator
 from datamodules.scan import SCAN_SPLITS, Pair, ScanSplitName, all_pairs
 from datamodules.tokenization import Tokenizer, TokenizerFields, build_tokenizer
 
@@ -211,7 +211,8 @@ class TranslationDataModule(TokenizerFields, pl.LightningDataModule):
         train = self._data.train
         lengths = [len(s) + len(t) for s, t, _ in train]
         sampler = BucketBatchSampler(EpochSampler(len(train), self.seed), lengths, self.batch_size)
-        return self._loader(train, batch_sampler=sampler)
+        resumed = ResumeBatches(sampler, batches_done_this_epoch(self.trainer, len(sampler)))
+        return self._loader(train, batch_sampler=resumed)
 
     def val_dataloader(self) -> DataLoader:
         return self._loader(self._data.val, batch_size=self.batch_size)

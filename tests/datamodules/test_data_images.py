@@ -42,7 +42,7 @@ def test_digits_batches() -> None:
     loader = dm.train_dataloader()
     first = next(iter(loader))["labels"]
     assert torch.equal(first, next(iter(dm.train_dataloader()))["labels"])  # seeded
-    loader.sampler.set_epoch(1)
+    loader.batch_sampler.sampler.set_epoch(1)  # where Lightning sets the epoch
     assert not torch.equal(first, next(iter(loader))["labels"])  # reshuffled per epoch
     assert len(dm.data_checksum) == 64
 

@@ -104,3 +104,22 @@ def test_signatures_parse_as_cli_flags(cls: type, args: list[str], attr: str, va
     assert parser.parse_args(args)[attr] == value
     with pytest.raises(ArgumentError, match="Literal"):  # choices are enforced
         parser.parse_args([bad])
+
+
+def test_restored_run_resumes_mid_epoch_for_every_epoch_sampled_datamodule():
+    """A trainer restored at global step k gets, as its next batch, the batch k of the epoch."""
+    from types import SimpleNamespace
+
+    for make in (lambda: ImageDataModule(batch_size=32), lambda: AlgorithmicDataModule(num_train=500, batch_size=32)):
+        fresh = make()
+        batches = list(fresh.train_dataloader())  # epoch 0, 16 batches
+        restored = make()
+        restored.trainer = SimpleNamespace(global_step=len(batches) + 3, accumulate_grad_batches=1, current_epoch=1)
+        loader = restored.train_dataloader()
+        loader.batch_sampler.sampler.set_epoch(1)
+        fresh_loader = fresh.train_dataloader()
+        fresh_loader.batch_sampler.sampler.set_epoch(1)
+        expected = list(fresh_loader)[3]
+        got = next(iter(loader))
+        assert all(torch.equal(expected[k], got[k]) for k in expected if isinstance(expected[k], torch.Tensor))
+        assert len(list(loader)) == len(batches)  # the skip happens once; the next epoch is whole
