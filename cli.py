@@ -2,9 +2,9 @@
 
     python cli.py fit -c configs/gpt/tiny.yaml --model.arch.pos_encoding alibi
     python cli.py {fit,validate,test,predict} ...      LightningCLI (subclass mode for model and data)
-    python cli.py sweep SPEC.yaml [--out DIR] [--jobs N] [--dry-run] [--retry-failed]
+    python cli.py sweep SPEC.yaml [--out DIR] [--jobs N] [--threads T] [--dry-run] [--retry-failed]
     python cli.py report DIR
-    python cli.py bench [--smoke]
+    python cli.py bench [--smoke] [--sections a,b] [--compile]
 """
 
 from __future__ import annotations
