@@ -34,24 +34,15 @@ SHAPES = {
 
 
 def build_hf(shape: dict, activation: str):
-    from transformers import GPT2Config, GPT2LMHeadModel
+    from types import SimpleNamespace
 
-    config = GPT2Config(
-        vocab_size=shape["vocab"],
-        n_positions=shape["seq"],
-        n_embd=shape["d_model"],
-        n_layer=shape["n_layers"],
-        n_head=shape["n_heads"],
-        activation_function=activation,
-        resid_pdrop=0.0,
-        embd_pdrop=0.0,
-        attn_pdrop=0.0,
-        bos_token_id=0,
-        eos_token_id=0,
+    from .training import hf_gpt2
+
+    dims = SimpleNamespace(
+        vocab_size=shape["vocab"], seq_len=shape["seq"], d_model=shape["d_model"],
+        n_layers=shape["n_layers"], n_heads=shape["n_heads"],
     )
-    config._attn_implementation = "sdpa"
-    torch.manual_seed(0)
-    return GPT2LMHeadModel(config)
+    return hf_gpt2(dims, activation)
 
 
 def train_step(model, ids, labels, device: str, hf: bool):
