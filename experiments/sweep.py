@@ -1,4 +1,4 @@
-"""`python cli.py sweep SPEC.yaml [--out DIR] [--jobs N] [--threads T] [--dry-run] [--retry-failed]`
+"""`python cli.py sweep SPEC.yaml [--out DIR] [--jobs N] [--threads T] [--dry-run] [--retry-failed] [--rerun CELL...]`
 
 Expands a spec (see `experiments.spec`) into ordinary `cli.py fit` runs, checks all of them with
 the suite's parser before the first starts, runs them (resuming interrupted ones from their last
@@ -14,14 +14,16 @@ import argparse
 import contextlib
 import json
 import os
+import shutil
 import signal
 import sys
 import threading
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from types import FrameType
 
-from experiments.commands import available_cores, make_runs
+from experiments.commands import Run, available_cores, make_runs
 from experiments.ledger import LEDGER_NAME, Ledger
 from experiments.report import SWEEP_INFO, build_report
 from experiments.runner import plan, run_sweep
@@ -44,6 +46,33 @@ def check_same_sweep(out_dir: Path, spec: Spec) -> None:
             f"{out_dir} holds a sweep with different {', '.join(changed)} (see {path}); "
             "use another --out, or delete the folder to start over"
         )
+
+
+def supersede(out_dir: Path, ledger: Ledger, runs: list[Run], cells: list[str]) -> Path | None:
+    """Makes `cells` run again from scratch (after a fix in the code they use) without losing their
+    old results: their run folders and ledger rows move to `DIR/superseded/<time>/`, where a
+    before/after comparison can read them (`cli.py report` works on that folder too)."""
+    names = list(dict.fromkeys(run.cell for run in runs))
+    unknown = [cell for cell in cells if cell not in names]
+    if unknown:
+        raise SpecError(f"--rerun: no cell named {', '.join(unknown)}; the cells are: {', '.join(names)}")
+    old = [run for run in runs if run.cell in cells and (run.dir.exists() or ledger.get(run.cell, run.seed))]
+    if not old:
+        return None
+    dest = out_dir / "superseded" / time.strftime("%Y%m%d-%H%M%S")
+    kept = Ledger(dest / LEDGER_NAME, ledger.axes)
+    for run in old:
+        if run.dir.exists():
+            (dest / run.cell).mkdir(parents=True, exist_ok=True)
+            shutil.move(run.dir, dest / run.cell / run.dir.name)
+        row = ledger.rows.pop((run.cell, run.seed), None)
+        if row:
+            kept.rows[(run.cell, run.seed)] = row
+    if kept.rows:
+        kept.write()
+        shutil.copy(out_dir / SWEEP_INFO, dest / SWEEP_INFO)
+    ledger.write()
+    return dest
 
 
 @contextlib.contextmanager
@@ -81,6 +110,10 @@ def main(argv: list[str]) -> int:
     parser.add_argument("--threads", type=int, help="torch threads per run instead of cores // jobs")
     parser.add_argument("--dry-run", action="store_true", help="print each run's shell command; run nothing")
     parser.add_argument("--retry-failed", action="store_true", help="run again the runs recorded as failed")
+    parser.add_argument(
+        "--rerun", nargs="+", default=[], metavar="CELL",
+        help="run these cells again from scratch (e.g. after a fix); old runs move to DIR/superseded/",
+    )
     args = parser.parse_args(argv)
     if args.jobs < 1 or (args.threads is not None and args.threads < 1):
         parser.error("--jobs and --threads must be at least 1")
@@ -97,7 +130,7 @@ def main(argv: list[str]) -> int:
     ledger = Ledger(out_dir / LEDGER_NAME, spec.axes)
 
     if args.dry_run:
-        actions = [(run, plan(run, ledger, args.retry_failed)) for run in runs]
+        actions = [(run, "start" if run.cell in args.rerun else plan(run, ledger, args.retry_failed)) for run in runs]
         for run, action in actions:
             if action in ("start", "resume"):
                 print(run.shell(resume=action == "resume"))
@@ -105,6 +138,14 @@ def main(argv: list[str]) -> int:
         print(f"# {to_run} of {len(runs)} runs to run ({len(runs) - to_run} finished or recorded)", file=sys.stderr)
         return 0
 
+    if args.rerun:
+        try:
+            moved = supersede(out_dir, ledger, runs, args.rerun)
+        except SpecError as err:
+            print(f"error: {err}", file=sys.stderr)
+            return 2
+        if moved:
+            print(f"moved the old runs of {', '.join(args.rerun)} to {_shown(moved)}")
     out_dir.mkdir(parents=True, exist_ok=True)
     info = out_dir / SWEEP_INFO
     info.with_suffix(".tmp").write_text(json.dumps(spec.snapshot(), indent=2))

@@ -29,11 +29,17 @@ class TransformerModel(nn.Module):
 
     def init_weights(self) -> None:
         """Normal(0, init_std) for matrices and embeddings, zero biases, unit norms; GPT-2's
-        scaled init (std / sqrt(2·n_layers)) on the projections that write to the residual."""
+        scaled init (std / sqrt(2·n_layers)) on the projections that write to the residual;
+        Normal(0, 1/d_model) for token embeddings scaled by sqrt(d_model)."""
         std = self.cfg.init_std
         residual_std = std / math.sqrt(2 * self.cfg.n_layers) if self.cfg.scaled_residual_init else std
         for name, module in self.named_modules():
-            if isinstance(module, (nn.Linear, nn.Embedding)):
+            if isinstance(module, TokenEmbedding) and module.scale != 1.0:
+                # A scaled lookup starts at N(0, 1/d) so that ×sqrt(d) gives unit variance, the
+                # amplitude of the sinusoids it is added to (Vaswani et al. 2017 §3.4; fairseq and
+                # tensor2tensor init). With 0.02 the positions would outweigh the tokens 3:1 at d=128.
+                nn.init.normal_(module.weight, std=1.0 / module.scale)
+            elif isinstance(module, (nn.Linear, nn.Embedding)):
                 is_residual = name.endswith((".out", ".down"))
                 nn.init.normal_(module.weight, std=residual_std if is_residual else std)
             if isinstance(module, nn.Linear) and module.bias is not None:

@@ -1,5 +1,5 @@
 """`cli.py sweep`: a real tiny sweep, a sweep killed mid-run and resumed, divergence and failure as
-outcomes, spec errors before any run, and `--dry-run`."""
+outcomes, `--rerun`, spec errors before any run, and `--dry-run`."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import csv
 import json
 import math
 import os
+import shutil
 import signal
 import subprocess
 import sys
@@ -136,6 +137,29 @@ def test_failed_run_recorded_and_retried_only_on_request(killed_sweep):
     log = (out / "bad_bpe" / "seed0" / "run.log").read_text()
     assert log.count("\n=== ") == 1  # the third invocation did not run it again
     assert len(read_rows(out)) == 3
+
+
+def test_rerun_moves_old_runs_aside_and_runs_them_again(main_sweep, tmp_path, capsys):
+    _, main_out = main_sweep
+    out = tmp_path / "out"
+    shutil.copytree(main_out, out, ignore=shutil.ignore_patterns("checkpoints"))
+    spec, before = str(main_out.parent / "spec.yaml"), by_run(read_rows(out))
+
+    assert sweep.main([spec, "--out", str(out), *THREADS, "--rerun", "pos_enc=alibi"]) == 2
+    assert "no cell named pos_enc=alibi" in capsys.readouterr().err and not (out / "superseded").exists()
+
+    assert sweep.main([spec, "--out", str(out), *THREADS, "--rerun", "pos_encoding=alibi"]) == 0
+    (moved,) = (out / "superseded").iterdir()
+    old = by_run(read_rows(moved))
+    assert set(old) == {("pos_encoding=alibi", "0"), ("pos_encoding=alibi", "1")}
+    assert (moved / "pos_encoding=alibi" / "seed1" / "run.json").exists()
+    after = by_run(read_rows(out))
+    for key in old:  # run again from scratch: one start in the new log, the same numbers (deterministic)
+        assert (out / "pos_encoding=alibi" / f"seed{key[1]}" / "run.log").read_text().count("\n=== ") == 1
+        for metric in METRICS:
+            assert float(after[key][metric]) == pytest.approx(float(old[key][metric]), abs=1e-6), metric
+    for key in before.keys() - old.keys():  # other cells untouched, their rows included
+        assert after[key] == before[key]
 
 
 def test_bad_value_fails_before_any_run(tmp_path, tiny_spec, capsys):

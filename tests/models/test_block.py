@@ -1,5 +1,6 @@
 """Every ablation axis is really applied in the built model, changes its output, and trains."""
 
+import math
 from typing import get_args
 
 import pytest
@@ -12,7 +13,7 @@ from models.block import Block, StackContext
 from models.config import Activation, GeluApproximation, NormName, NormPlacement, PosEncoding
 from models.ffn import FeedForward
 from models.norms import NORMS
-from models.positional import POSITIONAL
+from models.positional import POSITIONAL, sinusoidal_table
 
 TINY = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_seq_len=8, init_std=0.1)
 IDS = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(0))
@@ -124,6 +125,22 @@ def test_scaled_residual_init():
         assert block.attn.out.weight.std().item() == pytest.approx(0.02 / 2, rel=0.1)  # / sqrt(2·2 layers)
         assert block.ffn.down.weight.std().item() == pytest.approx(0.02 / 2, rel=0.1)
 
+
+
+@pytest.mark.parametrize("family", [GPT, EncoderDecoder])
+def test_scaled_token_embeddings_match_the_sinusoid_amplitude(family):
+    """Vaswani et al. add sqrt(d)-scaled token embeddings to unit-amplitude sinusoids: the scaled
+    lookup must start at unit variance, or the positions swamp the tokens (0.02·sqrt(128) ≈ 0.23)."""
+    torch.manual_seed(0)
+    model = family(ArchConfig(**{**TINY, "d_model": 128, "vocab_size": 512, "pos_encoding": "sinusoidal"}))
+    ids = torch.arange(512).unsqueeze(0)
+    tokens = model.tok(ids)
+    assert tokens.std().item() == pytest.approx(1.0, rel=0.05)
+    positions = sinusoidal_table(64, 128)
+    assert positions.pow(2).mean().sqrt().item() == pytest.approx(math.sqrt(0.5), rel=0.01)
+    # unscaled schemes keep the plain init_std
+    plain = family(ArchConfig(**{**TINY, "d_model": 128, "vocab_size": 512, "pos_encoding": "rope"}))
+    assert plain.tok.weight.std().item() == pytest.approx(TINY["init_std"], rel=0.05)
 
 # --- changing an axis changes the output (same seed) ---------------------------------------------
 

@@ -16,7 +16,7 @@ BOS = 1
 
 
 def _model(pos: str, **kw) -> EncoderDecoder:
-    torch.manual_seed(0)
+    torch.manual_seed(3)  # a seed whose random models decode several distinct tokens for every scheme
     return EncoderDecoder(ArchConfig(**{**TINY, "pos_encoding": pos, **kw})).eval()
 
 
