@@ -18,7 +18,8 @@ from .optim import OptimConfig
 
 class Translation(TaskModule):
     """Label-smoothed cross entropy under teacher forcing; token accuracy; and, on decodes of
-    the validation/test sets, exact-match sequence accuracy, SacreBLEU and chrF.
+    the validation/test sets, exact-match sequence accuracy, SacreBLEU and chrF++ (`val/chrf`:
+    torchmetrics' CHRFScore defaults, character 6-grams plus word bigrams).
 
     Args:
         label_smoothing: label smoothing of the training loss (validation loss is unsmoothed).
