@@ -6,17 +6,18 @@
 from __future__ import annotations
 
 import argparse
-import csv
 import re
 import statistics
 from pathlib import Path
+
+from experiments.ledger import LEDGER_NAME, Ledger
 
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep_dir", type=Path)
     args = parser.parse_args(argv)
-    rows = [r for r in csv.DictReader(open(args.sweep_dir / "results.csv")) if r["status"] == "done"]
+    rows = [r for r in Ledger(args.sweep_dir / LEDGER_NAME).rows.values() if r["status"] == "done"]
     lengths = sorted({int(m.group(1)) for k in rows[0] for m in [re.fullmatch(r"val/exact_match@(\d+)", k)] if m})
     cells = list(dict.fromkeys(r["cell"] for r in rows))
 

@@ -17,6 +17,7 @@ import yaml
 
 from datamodules.translation import TranslationDataModule
 from lit_modules import Translation
+from lit_modules.translation import until_eos
 
 OUTCOMES = ("exact", "stopped early", "overran", "wrong")
 
@@ -41,9 +42,8 @@ def diagnose(run_dir: Path) -> Counter:
         max_len = batch["tgt_out"].shape[1] + model.max_decode_extra
         decoded = model.model.beam_search(batch["src_ids"], batch["src_mask"], model.bos_id, model.eos_id, max_len, beam_size=1)
         for row, target in zip(decoded.tolist(), batch["tgt_out"].tolist()):
-            hypothesis = row[: row.index(model.eos_id)] if model.eos_id in row else row
             reference = [t for t in target if t != -100][:-1]  # drop the EOS label
-            counts[outcome(hypothesis, reference)] += 1
+            counts[outcome(until_eos(row, model.eos_id), reference)] += 1
     return counts
 
 

@@ -16,6 +16,11 @@ from .base import TaskModule
 from .optim import OptimConfig
 
 
+def until_eos(tokens: list[int], eos_id: int) -> list[int]:
+    """A decoded row up to (without) its first EOS; the whole row if it never ended."""
+    return tokens[: tokens.index(eos_id)] if eos_id in tokens else tokens
+
+
 class Translation(TaskModule):
     """Label-smoothed cross entropy under teacher forcing; token accuracy; and, on decodes of
     the validation/test sets, exact-match sequence accuracy, SacreBLEU and chrF++ (`val/chrf`:
@@ -79,12 +84,7 @@ class Translation(TaskModule):
         ids = self.model.beam_search(
             batch["src_ids"], batch["src_mask"], self.bos_id, self.eos_id, max_len, self.beam_size, self.length_penalty
         )
-        out = []
-        for row in ids.tolist():
-            if self.eos_id in row:
-                row = row[: row.index(self.eos_id)]
-            out.append(tokenizer.decode(row))
-        return out
+        return [tokenizer.decode(until_eos(row, self.eos_id)) for row in ids.tolist()]
 
     def _evaluate(self, batch: dict[str, Any], stage: str) -> None:
         metrics = self.metrics[stage]
