@@ -11,19 +11,20 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Literal, get_args
 
-import lightning.pytorch as pl
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from datamodules.download import DEFAULT_CACHE_DIR, sha256_bytes
-from datamodules.sampling import EpochSampler, generator, resumable_batches
+from datamodules.base import SuiteDataModule
+from datamodules.download import sha256_bytes
+from datamodules.sampling import generator
+from datamodules.tokenization import SPECIALS
+from models.config import IGNORE_INDEX
 
 AlgorithmicTaskName = Literal["copy", "reverse", "addition"]
 
-PAD, BOS, SEP, EOS, PLUS = range(5)
-NUM_SPECIALS = 5  # symbol s has token id NUM_SPECIALS + s
-IGNORE_INDEX = -100
+PAD, BOS, SEP, EOS, PLUS = map(SPECIALS["algorithmic"].index, ("<pad>", "<bos>", "<sep>", "<eos>", "+"))
+NUM_SPECIALS = len(SPECIALS["algorithmic"])  # symbol s has token id NUM_SPECIALS + s
 
 
 def _symbols(values: list[int]) -> list[int]:
@@ -73,7 +74,7 @@ def make_instance(task: AlgorithmicTaskName, n: int, num_symbols: int, g: torch.
 
 def collate_instances(batch: Sequence[Instance]) -> dict[str, Tensor]:
     """``input_ids`` (B, T) padded with PAD; ``labels`` (B, T) next tokens on answer positions
-    (y and eos), -100 elsewhere; ``lengths`` (B,) the instance length n."""
+    (y and eos), ``IGNORE_INDEX`` elsewhere; ``lengths`` (B,) the instance length n."""
     T = max(len(inst.tokens) for inst in batch) - 1
     input_ids = torch.full((len(batch), T), PAD, dtype=torch.long)
     labels = torch.full((len(batch), T), IGNORE_INDEX, dtype=torch.long)
@@ -85,12 +86,15 @@ def collate_instances(batch: Sequence[Instance]) -> dict[str, Tensor]:
     return {"input_ids": input_ids, "labels": labels, "lengths": torch.tensor([i.length for i in batch])}
 
 
-class AlgorithmicDataModule(pl.LightningDataModule):
+class AlgorithmicDataModule(SuiteDataModule):
     """Copy / reverse / multi-digit addition, generated from ``seed`` (see module docstring).
 
     Batches: ``{"input_ids": LongTensor(B, T), "labels": LongTensor(B, T), "lengths": LongTensor(B)}``.
-    Vocabulary: ``<pad>``=0, ``<bos>``=1, ``<sep>``=2, ``<eos>``=3, ``+``=4, then ``num_symbols``
-    symbols (digits in base ``num_symbols`` for addition).
+    Vocabulary: the specials of ``SPECIALS["algorithmic"]`` (``<pad>``=0, ``<bos>``=1, ``<sep>``=2,
+    ``<eos>``=3, ``+``=4), then ``num_symbols`` symbols (digits in base ``num_symbols`` for addition).
+    ``seed`` seeds generation and shuffling; train, val and test use distinct streams. The data is
+    generated: ``data_dir`` must be unset and ``cache_dir`` is ignored (both are still accepted, as
+    committed run configs set them).
 
     Args:
         task: which task.
@@ -101,10 +105,8 @@ class AlgorithmicDataModule(pl.LightningDataModule):
         num_val_per_length: validation (and test) instances per length.
         num_symbols: alphabet size.
         batch_size: instances per batch.
-        seed: seeds generation and shuffling; train, val and test use distinct streams.
-        num_workers: DataLoader workers.
-        data_dir: unused (generated data); kept so every DataModule takes the same flags.
-        cache_dir: unused, as data_dir.
+        **kwargs: ``seed``, ``num_workers``, ``data_dir`` (unset), ``cache_dir`` (ignored): see
+            :class:`SuiteDataModule`.
     """
 
     def __init__(
@@ -117,20 +119,16 @@ class AlgorithmicDataModule(pl.LightningDataModule):
         num_val_per_length: int = 50,
         num_symbols: int = 10,
         batch_size: int = 64,
-        seed: int = 0,
-        num_workers: int = 0,
-        data_dir: str | None = None,
-        cache_dir: str = DEFAULT_CACHE_DIR,
+        **kwargs,
     ) -> None:
-        super().__init__()
-        # no save_hyperparameters(): see TextDataModule
+        super().__init__(batch_size=batch_size, **kwargs)
         if not 1 <= train_min_len <= train_max_len:
             raise ValueError(f"need 1 <= train_min_len <= train_max_len, got {train_min_len}, {train_max_len}")
+        if self.data_dir is not None:
+            raise ValueError(f"algorithmic data is generated, no file is read: unset data_dir (got {self.data_dir!r})")
         self.task, self.train_min_len, self.train_max_len = task, train_min_len, train_max_len
         self.test_max_len = test_max_len
         self.num_train, self.num_val_per_length, self.num_symbols = num_train, num_val_per_length, num_symbols
-        self.batch_size, self.seed, self.num_workers = batch_size, seed, num_workers
-        self.data_dir, self.cache_dir = data_dir, cache_dir
 
     @property
     def vocab_size(self) -> int:
@@ -143,10 +141,6 @@ class AlgorithmicDataModule(pl.LightningDataModule):
     @property
     def bos_token_id(self) -> int:
         return BOS
-
-    @property
-    def sep_token_id(self) -> int:
-        return SEP
 
     @property
     def eos_token_id(self) -> int:
@@ -185,23 +179,11 @@ class AlgorithmicDataModule(pl.LightningDataModule):
         lines = (" ".join(map(str, i.tokens)) for s in (self.train_set, self.val_set, self.test_set) for i in s)
         return sha256_bytes("\n".join(lines).encode())
 
-    def _loader(self, instances: list[Instance], shuffle: bool) -> DataLoader:
-        return DataLoader(
-            instances,  # type: ignore[arg-type]  # a list is a map-style dataset
-            # training batches resume mid-epoch after a restore; evaluation starts at its first batch
-            batch_sampler=resumable_batches(
-                EpochSampler(len(instances), self.seed, shuffle), self.batch_size, self.trainer if shuffle else None
-            ),
-            collate_fn=collate_instances,
-            num_workers=self.num_workers,
-            generator=torch.Generator().manual_seed(self.seed),
-        )
-
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self.train_set, shuffle=True)
+        return self._epoch_loader(self.train_set, shuffle=True, collate_fn=collate_instances)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self.val_set, shuffle=False)
+        return self._epoch_loader(self.val_set, shuffle=False, collate_fn=collate_instances)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self.test_set, shuffle=False)
+        return self._epoch_loader(self.test_set, shuffle=False, collate_fn=collate_instances)

@@ -7,7 +7,6 @@ from functools import cached_property
 from pathlib import Path
 from typing import Literal, get_args
 
-import lightning.pytorch as pl
 import numpy as np
 import torch
 from sklearn.model_selection import train_test_split
@@ -16,8 +15,7 @@ from torch.utils.data import DataLoader, Dataset, default_collate
 from torchvision import datasets as tv_datasets
 from torchvision.transforms import v2
 
-from datamodules.download import DEFAULT_CACHE_DIR
-from datamodules.sampling import EpochSampler, resumable_batches
+from datamodules.base import SuiteDataModule
 
 ImageDatasetName = Literal["digits", "cifar10", "mnist", "fashion_mnist"]
 
@@ -131,12 +129,13 @@ def _stratified(labels: Tensor, indices: np.ndarray, size: int, seed: int) -> tu
     return np.sort(rest), np.sort(held)
 
 
-class ImageDataModule(pl.LightningDataModule):
+class ImageDataModule(SuiteDataModule):
     """Image classification; batches are ``{"images": FloatTensor(B, C, H, W), "labels": LongTensor(B)}``.
 
     Validation is a seeded stratified ``val_fraction`` of the training data. ``digits`` has no
     official test split, so a stratified 15% is held out as test first: 1,257 / 270 / 270 images by
-    default. torchvision datasets download into ``cache_dir`` unless ``data_dir`` is given.
+    default. ``seed`` seeds the splits and the shuffling. torchvision datasets download into
+    ``cache_dir`` unless ``data_dir``, a torchvision root holding the dataset, is given.
 
     Args:
         dataset: ``digits`` (offline) or a torchvision dataset.
@@ -145,10 +144,7 @@ class ImageDataModule(pl.LightningDataModule):
             augmentation in :data:`IMAGE_DATASETS` (all but cifar10) ignore it.
         val_fraction: fraction held out for validation (of all images for digits, of the official
             training set otherwise).
-        seed: seeds the splits and the shuffling.
-        num_workers: DataLoader workers.
-        data_dir: torchvision root holding the dataset; nothing is downloaded when set.
-        cache_dir: where downloads are kept.
+        **kwargs: ``seed``, ``num_workers``, ``data_dir``, ``cache_dir``: see :class:`SuiteDataModule`.
     """
 
     def __init__(
@@ -157,15 +153,10 @@ class ImageDataModule(pl.LightningDataModule):
         batch_size: int = 64,
         augment: bool = True,
         val_fraction: float = 0.15,
-        seed: int = 0,
-        num_workers: int = 0,
-        data_dir: str | None = None,
-        cache_dir: str = DEFAULT_CACHE_DIR,
+        **kwargs,
     ) -> None:
-        super().__init__()
-        # no save_hyperparameters(): see TextDataModule
-        self.dataset, self.batch_size, self.augment, self.val_fraction = dataset, batch_size, augment, val_fraction
-        self.seed, self.num_workers, self.data_dir, self.cache_dir = seed, num_workers, data_dir, cache_dir
+        super().__init__(batch_size=batch_size, **kwargs)
+        self.dataset, self.augment, self.val_fraction = dataset, augment, val_fraction
         self.spec = IMAGE_DATASETS[dataset]
 
     @property
@@ -215,23 +206,11 @@ class ImageDataModule(pl.LightningDataModule):
         augment = self.spec.augment() if split == "train" and self.augment and self.spec.augment else None
         return ImageTensors(x[idx], y[idx], self.spec, augment)
 
-    def _loader(self, dataset: ImageTensors, shuffle: bool) -> DataLoader:
-        return DataLoader(
-            dataset,
-            # training batches resume mid-epoch after a restore; evaluation starts at its first batch
-            batch_sampler=resumable_batches(
-                EpochSampler(len(dataset), self.seed, shuffle), self.batch_size, self.trainer if shuffle else None
-            ),
-            collate_fn=collate_images,
-            num_workers=self.num_workers,
-            generator=torch.Generator().manual_seed(self.seed),  # seeds the workers' augmentations
-        )
-
     def train_dataloader(self) -> DataLoader:
-        return self._loader(self._dataset("train"), shuffle=True)
+        return self._epoch_loader(self._dataset("train"), shuffle=True, collate_fn=collate_images)
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self._dataset("val"), shuffle=False)
+        return self._epoch_loader(self._dataset("val"), shuffle=False, collate_fn=collate_images)
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self._dataset("test"), shuffle=False)
+        return self._epoch_loader(self._dataset("test"), shuffle=False, collate_fn=collate_images)

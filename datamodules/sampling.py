@@ -161,3 +161,66 @@ def resumable_batches(sampler: EpochSampler, batch_size: int, trainer=None) -> R
     """Batches of ``sampler`` (last one partial) that resume mid-epoch when ``trainer`` was restored."""
     batches = BatchSampler(sampler, batch_size, drop_last=False)
     return ResumeBatches(batches, batches_done_this_epoch(trainer, len(batches)))
+
+
+class RankSlices(Sampler[list[int]]):
+    """This process's share of every global batch: the same global batches on 1 or N processes.
+
+    The wrapped sampler yields global batches (``batch_size × world_size`` examples, as one process
+    with the whole batch would draw them); rank r takes the r-th of ``world_size`` contiguous slices
+    (sizes differ by at most one when the batch does not divide). The losses divide by the global
+    count (`TaskModule.global_mean`), so DDP's gradient average is the gradient of the global batch.
+    Lightning's DistributedSampler is not used (`use_distributed_sampler: false`): it would shard a
+    permutation per process instead, and pad.
+
+    Args:
+        batches: global batches; its ``.sampler`` is exposed so Lightning still sets the epoch.
+        rank: this process's global rank.
+        world_size: processes in the run.
+    """
+
+    def __init__(self, batches: Sampler[list[int]], rank: int = 0, world_size: int = 1) -> None:
+        self.batches, self.rank, self.world_size = batches, rank, world_size
+        self.sampler = getattr(batches, "sampler", None)
+
+    def __len__(self) -> int:
+        return len(self.batches)  # type: ignore[arg-type]
+
+    def __iter__(self) -> Iterator[list[int]]:
+        for batch in self.batches:
+            if len(batch) < self.world_size:  # a last global batch too small to give every process one
+                return
+            size, extra = divmod(len(batch), self.world_size)
+            start = self.rank * size + min(self.rank, extra)
+            yield list(batch[start : start + size + (self.rank < extra)])
+
+
+class RoundRobinBatches(Sampler[list[int]]):
+    """Evaluation batches in order, batch k to rank k mod world_size: every example is evaluated
+    exactly once (a DistributedSampler pads the last batch with repeated examples, which would count
+    them twice in the metrics). Ranks may get one batch fewer; the metrics sum their states at the end.
+    A set too small to give every rank a batch is cut into smaller batches (Lightning refuses a rank
+    with none); the metrics do not depend on the batching.
+
+    Args:
+        num_samples: dataset length.
+        batch_size: examples per batch (the last one partial).
+        rank: this process's global rank.
+        world_size: processes in the run.
+    """
+
+    def __init__(self, num_samples: int, batch_size: int, rank: int = 0, world_size: int = 1) -> None:
+        if num_samples < world_size:
+            raise ValueError(
+                f"{num_samples} evaluation examples cannot be shared by {world_size} processes; "
+                "use more evaluation data or fewer processes"
+            )
+        batch_size = min(batch_size, -(-num_samples // world_size))
+        self.batches = BatchSampler(range(num_samples), batch_size, drop_last=False)
+        self.rank, self.world_size = rank, world_size
+
+    def __len__(self) -> int:
+        return len(range(self.rank, len(self.batches), self.world_size))
+
+    def __iter__(self) -> Iterator[list[int]]:
+        return islice(iter(self.batches), self.rank, None, self.world_size)

@@ -9,12 +9,12 @@ from functools import cached_property
 from itertools import chain
 from typing import Literal, get_args
 
-import lightning.pytorch as pl
 import torch
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset
+from torch.utils.data import BatchSampler, DataLoader, Dataset
 
-from datamodules.download import DEFAULT_CACHE_DIR, resolve, sha256_bytes
+from datamodules.base import SuiteDataModule
+from datamodules.download import resolve, sha256_bytes
 from datamodules.sampling import GlobalIndexSampler, mix
 from datamodules.tokenization import Tokenizer, TokenizerFields, build_tokenizer
 
@@ -109,7 +109,7 @@ class RandomWindows(Dataset[dict[str, Tensor]]):
     def __getitem__(self, i: int) -> dict[str, Tensor]:
         start = mix(self.seed, i) % (len(self.ids) - self.seq_len)  # 64-bit hash: modulo bias negligible
         window = self.ids[start : start + self.seq_len + 1]
-        return {"input_ids": window[:-1], "labels": window[1:]}
+        return {"input_ids": window[:-1], "labels": window[1:], "index": i}
 
 
 class FixedWindows(Dataset[dict[str, Tensor]]):
@@ -129,7 +129,7 @@ class FixedWindows(Dataset[dict[str, Tensor]]):
 
     def __getitem__(self, k: int) -> dict[str, Tensor]:
         s = k * self.length
-        return {"input_ids": self.ids[s : s + self.length], "labels": self.ids[s + 1 : s + self.length + 1]}
+        return {"input_ids": self.ids[s : s + self.length], "labels": self.ids[s + 1 : s + self.length + 1], "index": k}
 
 
 @dataclass(frozen=True)
@@ -140,14 +140,17 @@ class _Tokenized:
     sha256: str
 
 
-class TextDataModule(TokenizerFields, pl.LightningDataModule):
+class TextDataModule(TokenizerFields, SuiteDataModule):
     """Next-token prediction on a text corpus.
 
-    Batches are ``{"input_ids": LongTensor(B, T), "labels": LongTensor(B, T)}`` with
-    ``labels[:, t] = input_ids[:, t + 1]`` of the underlying stream. ``val_dataloader`` (and
-    ``test_dataloader``, the same) returns one loader per entry of ``eval_lengths``, each tiling the
-    *same* validation tokens with non-overlapping windows of that length, so losses at different
-    lengths are over identical targets.
+    Batches are ``{"input_ids": LongTensor(B, T), "labels": LongTensor(B, T), "index": LongTensor(B)}``
+    with ``labels[:, t] = input_ids[:, t + 1]`` of the underlying stream and ``index`` each window's
+    sample index (what a model's own per-example randomness, e.g. MLM masking, is keyed by: the same
+    on 1 or N processes). ``val_dataloader`` (and ``test_dataloader``, the same) returns one loader
+    per entry of ``eval_lengths``, each tiling the *same* validation tokens
+    with non-overlapping windows of that length, so losses at different
+    lengths are over identical targets. ``seed`` seeds the training windows; ``data_dir`` holds the
+    corpus file (``input.txt`` / ``wikitext-2-raw-v1.zip``).
 
     Args:
         corpus: which text; ``default`` needs no download.
@@ -159,10 +162,7 @@ class TextDataModule(TokenizerFields, pl.LightningDataModule):
             rounded down to a multiple of the lengths' least common multiple).
         batch_size: windows per batch.
         train_batches_per_epoch: an epoch is this many batches of random windows.
-        seed: seeds the training windows and the loaders.
-        num_workers: DataLoader workers.
-        data_dir: folder holding the corpus file (``input.txt`` / ``wikitext-2-raw-v1.zip``); no download.
-        cache_dir: where downloads are kept.
+        **kwargs: ``seed``, ``num_workers``, ``data_dir``, ``cache_dir``: see :class:`SuiteDataModule`.
     """
 
     def __init__(
@@ -175,19 +175,13 @@ class TextDataModule(TokenizerFields, pl.LightningDataModule):
         val_tokens: int = 65536,
         batch_size: int = 32,
         train_batches_per_epoch: int = 1000,
-        seed: int = 0,
-        num_workers: int = 0,
-        data_dir: str | None = None,
-        cache_dir: str = DEFAULT_CACHE_DIR,
+        **kwargs,
     ) -> None:
-        super().__init__()
-        # no save_hyperparameters(): LightningCLI saves the config, and Lightning refuses to log
-        # DataModule and LightningModule hparams that share a key (seed, batch_size) with other values
+        super().__init__(batch_size=batch_size, **kwargs)
         self.corpus, self.tokenizer_name, self.bpe_vocab_size = corpus, tokenizer, bpe_vocab_size
         self.seq_len, self.val_tokens = seq_len, val_tokens
         self.eval_lengths = list(eval_lengths) if eval_lengths else [seq_len * k for k in (1, 2, 4, 8)]
-        self.batch_size, self.train_batches_per_epoch = batch_size, train_batches_per_epoch
-        self.seed, self.num_workers, self.data_dir, self.cache_dir = seed, num_workers, data_dir, cache_dir
+        self.train_batches_per_epoch = train_batches_per_epoch
 
     @cached_property
     def _data(self) -> _Tokenized:
@@ -228,19 +222,11 @@ class TextDataModule(TokenizerFields, pl.LightningDataModule):
     def prepare_data(self) -> None:
         _ = self._data  # downloads (rank 0 first in distributed runs) and tokenizes
 
-    def _loader(self, dataset: Dataset, **kwargs) -> DataLoader:
-        return DataLoader(
-            dataset,
-            batch_size=self.batch_size,
-            num_workers=self.num_workers,
-            generator=torch.Generator().manual_seed(self.seed),  # seeds the workers
-            **kwargs,
-        )
-
     def train_dataloader(self) -> DataLoader:
-        n = self.train_batches_per_epoch * self.batch_size
+        n = self.train_batches_per_epoch * self.global_batch_size
         dataset = RandomWindows(self._data.train_ids, self.seq_len, self.seed, n)
-        return self._loader(dataset, sampler=GlobalIndexSampler(n, start=self._samples_consumed()))
+        sampler = GlobalIndexSampler(n, start=self._samples_consumed())
+        return self._train_loader(dataset, BatchSampler(sampler, self.global_batch_size, drop_last=False))
 
     def _samples_consumed(self) -> int:
         """Training samples drawn before now: 0 for a new run; for a run restored from a checkpoint,
@@ -249,11 +235,11 @@ class TextDataModule(TokenizerFields, pl.LightningDataModule):
         trainer = self.trainer
         if trainer is None:
             return 0
-        return trainer.global_step * trainer.accumulate_grad_batches * self.batch_size * trainer.world_size
+        return trainer.global_step * trainer.accumulate_grad_batches * self.global_batch_size
 
     def val_dataloader(self) -> list[DataLoader]:
         ids = self.val_ids
-        return [self._loader(FixedWindows(ids, length)) for length in self.eval_lengths]
+        return [self._eval_loader(FixedWindows(ids, length)) for length in self.eval_lengths]
 
     def test_dataloader(self) -> list[DataLoader]:
         return self.val_dataloader()

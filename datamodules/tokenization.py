@@ -1,7 +1,8 @@
-"""Tokenizers behind one small protocol, fitted on training text only.
+"""Tokenizers behind one small protocol, fitted on training text only, and the suite's table of special tokens.
 
-Every tokenizer reserves the same special ids: ``<pad>``=0, ``<mask>``=1, ``<bos>``=2, ``<eos>``=3,
-``<unk>``=4, so models and losses can rely on them whatever the tokenizer.
+Every fitted tokenizer (char, word, BPE) reserves the same special ids (``<pad>``=0, ``<mask>``=1,
+``<bos>``=2, ``<eos>``=3, ``<unk>``=4), so models and losses can rely on them whatever the tokenizer. The
+generated algorithmic tasks number their specials differently (``<bos>``=1): both layouts are in :data:`SPECIALS`.
 """
 
 from collections.abc import Iterable, Sequence
@@ -10,8 +11,23 @@ from typing import Literal, Protocol, TypeVar, get_args
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
 
-SPECIAL_TOKENS = ("<pad>", "<mask>", "<bos>", "<eos>", "<unk>")
-PAD_ID, MASK_ID, BOS_ID, EOS_ID, UNK_ID = range(len(SPECIAL_TOKENS))
+VocabularyName = Literal["fitted", "algorithmic"]
+
+# The one table of special tokens: each vocabulary's reserved tokens in id order (a token's id is its
+# index), before its other symbols. Two layouts, because committed runs were trained with both and a
+# token's id must not move:
+# - fitted: every tokenizer fitted on data (char, word, BPE), so text, masked-LM and translation runs
+#   share pad / mask / bos / eos / unk ids whatever the tokenizer;
+# - algorithmic: the generated copy / reverse / addition tasks, which mask nothing and meet no unknown
+#   symbol, but need <sep> between question and answer and addition's "+".
+SPECIALS: dict[VocabularyName, tuple[str, ...]] = {
+    "fitted": ("<pad>", "<mask>", "<bos>", "<eos>", "<unk>"),
+    "algorithmic": ("<pad>", "<bos>", "<sep>", "<eos>", "+"),
+}
+assert set(SPECIALS) == set(get_args(VocabularyName))
+
+SPECIAL_TOKENS = SPECIALS["fitted"]
+PAD_ID, MASK_ID, BOS_ID, EOS_ID, UNK_ID = map(SPECIAL_TOKENS.index, ("<pad>", "<mask>", "<bos>", "<eos>", "<unk>"))
 
 
 class Tokenizer(Protocol):

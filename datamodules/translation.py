@@ -6,20 +6,19 @@ from dataclasses import dataclass
 from functools import cached_property, partial
 from typing import Literal, get_args
 
-import lightning.pytorch as pl
 import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from datamodules.download import DEFAULT_CACHE_DIR, resolve, sha256_bytes
+from datamodules.base import SuiteDataModule
+from datamodules.download import resolve, sha256_bytes
 from datamodules.sampling import BucketBatchSampler, EpochSampler, ResumeBatches, batches_done_this_epoch, generator
 from datamodules.scan import SCAN_SPLITS, Pair, ScanSplitName, all_pairs
 from datamodules.tokenization import Tokenizer, TokenizerFields, build_tokenizer
+from models.config import IGNORE_INDEX
 
 TranslationDatasetName = Literal["scan", "multi30k"]
 TranslationTokenizerName = Literal["word", "bpe"]
-
-IGNORE_INDEX = -100  # cross_entropy's default ignore_index
 
 
 @dataclass(frozen=True)
@@ -121,7 +120,7 @@ class _Encoded:
     sha256: str
 
 
-class TranslationDataModule(TokenizerFields, pl.LightningDataModule):
+class TranslationDataModule(TokenizerFields, SuiteDataModule):
     """Source → target pairs for an encoder-decoder.
 
     Batches are dicts:
@@ -129,12 +128,13 @@ class TranslationDataModule(TokenizerFields, pl.LightningDataModule):
     - ``src_ids`` (B, S) long, padded with ``pad_token_id``;
     - ``src_mask`` (B, S) long, 1 = token, 0 = padding;
     - ``tgt_in`` (B, T) long, ``[bos] + target``, padded with ``pad_token_id``;
-    - ``tgt_out`` (B, T) long, ``target + [eos]``, padded with -100;
+    - ``tgt_out`` (B, T) long, ``target + [eos]``, padded with ``IGNORE_INDEX`` (-100);
     - ``tgt_text`` list of B reference strings (untruncated).
 
     Training batches group similar lengths (sorted within seeded chunks of 100 batches, batch order
     shuffled), a pure function of (seed, epoch). SCAN has no validation split: val is a seeded
-    1,000-pair subset of its test split, test the whole test split.
+    1,000-pair subset of its test split, test the whole test split. ``seed`` seeds the split (scan
+    simple), the val subset and the batch order; ``data_dir`` holds the multi30k ``*.gz`` files.
 
     Args:
         dataset: ``scan`` (generated) or ``multi30k`` (German → English).
@@ -145,10 +145,7 @@ class TranslationDataModule(TokenizerFields, pl.LightningDataModule):
         bpe_vocab_size: BPE vocabulary size, specials included.
         max_len: source and ``tgt_in`` / ``tgt_out`` are truncated to this many tokens.
         batch_size: pairs per batch.
-        seed: seeds the split (scan simple), the val subset and the batch order.
-        num_workers: DataLoader workers.
-        data_dir: folder with the multi30k ``*.gz`` files; nothing is downloaded when set.
-        cache_dir: where downloads are kept.
+        **kwargs: ``seed``, ``num_workers``, ``data_dir``, ``cache_dir``: see :class:`SuiteDataModule`.
     """
 
     def __init__(
@@ -159,17 +156,12 @@ class TranslationDataModule(TokenizerFields, pl.LightningDataModule):
         bpe_vocab_size: int = 8000,
         max_len: int = 64,
         batch_size: int = 64,
-        seed: int = 0,
-        num_workers: int = 0,
-        data_dir: str | None = None,
-        cache_dir: str = DEFAULT_CACHE_DIR,
+        **kwargs,
     ) -> None:
-        super().__init__()
-        # no save_hyperparameters(): see TextDataModule
+        super().__init__(batch_size=batch_size, **kwargs)
         self.dataset, self.split = dataset, split
         self.tokenizer_name: TranslationTokenizerName = tokenizer or DATASETS[dataset].default_tokenizer
-        self.bpe_vocab_size, self.max_len, self.batch_size = bpe_vocab_size, max_len, batch_size
-        self.seed, self.num_workers, self.data_dir, self.cache_dir = seed, num_workers, data_dir, cache_dir
+        self.bpe_vocab_size, self.max_len = bpe_vocab_size, max_len
 
     @cached_property
     def _data(self) -> _Encoded:
@@ -197,25 +189,18 @@ class TranslationDataModule(TokenizerFields, pl.LightningDataModule):
     def prepare_data(self) -> None:
         _ = self._data
 
-    def _loader(self, examples: list[Example], **kwargs) -> DataLoader:
-        collate = partial(collate_pairs, pad_id=self.pad_token_id, bos_id=self.bos_token_id, eos_id=self.eos_token_id)
-        return DataLoader(
-            examples,  # type: ignore[arg-type]  # a list is a map-style dataset
-            collate_fn=collate,
-            num_workers=self.num_workers,
-            generator=torch.Generator().manual_seed(self.seed),
-            **kwargs,
-        )
+    def _collate(self) -> partial:
+        return partial(collate_pairs, pad_id=self.pad_token_id, bos_id=self.bos_token_id, eos_id=self.eos_token_id)
 
     def train_dataloader(self) -> DataLoader:
         train = self._data.train
         lengths = [len(s) + len(t) for s, t, _ in train]
-        sampler = BucketBatchSampler(EpochSampler(len(train), self.seed), lengths, self.batch_size)
+        sampler = BucketBatchSampler(EpochSampler(len(train), self.seed), lengths, self.global_batch_size)
         resumed = ResumeBatches(sampler, batches_done_this_epoch(self.trainer, len(sampler)))
-        return self._loader(train, batch_sampler=resumed)
+        return self._train_loader(train, resumed, collate_fn=self._collate())
 
     def val_dataloader(self) -> DataLoader:
-        return self._loader(self._data.val, batch_size=self.batch_size)
+        return self._eval_loader(self._data.val, collate_fn=self._collate())
 
     def test_dataloader(self) -> DataLoader:
-        return self._loader(self._data.test, batch_size=self.batch_size)
+        return self._eval_loader(self._data.test, collate_fn=self._collate())

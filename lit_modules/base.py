@@ -3,16 +3,32 @@
 from __future__ import annotations
 
 import math
+import warnings
 from dataclasses import asdict, replace
 from typing import Any
 
 import lightning.pytorch as pl
 import torch
-from torch import nn
+import torch.nn.functional as F
+from torch import Tensor, nn
 
 from models import ArchConfig
+from models.config import IGNORE_INDEX
 
 from .optim import OptimConfig, build_optimizer
+
+# Values logged at the end of an evaluation come from torchmetrics' compute(), which already sums
+# every process's states; Lightning cannot know that and suggests sync_dist for each of them.
+warnings.filterwarnings("ignore", message=".*when logging on epoch level in distributed setting.*")
+
+# data_info keys naming the longest sequence the data feeds the model, in order: TextDataModule's
+# window (`seq_len`); a translation pair's or an algorithmic instance's longest (`max_len`)
+DATA_LENGTH_KEYS = ("seq_len", "max_len")
+
+
+def data_length(data_info: dict[str, Any]) -> int | None:
+    """The longest sequence the data feeds the model, if `data_info` names it."""
+    return next((int(data_info[key]) for key in DATA_LENGTH_KEYS if key in data_info), None)
 
 
 class TaskModule(pl.LightningModule):
@@ -25,7 +41,8 @@ class TaskModule(pl.LightningModule):
         arch: the model architecture (every ablation axis is a field: `--model.arch.norm rmsnorm`).
         optim: optimiser and schedule.
         data_info: values the data decides (vocabulary size, special ids, image shape), linked
-            in by the CLI from the DataModule; they override the matching `arch` fields.
+            in by the CLI from the DataModule; they override the matching `arch` fields, and an
+            unset `arch.max_seq_len` becomes the data's longest sequence (`data_length`).
         compile: run the model through `torch.compile`.
     """
 
@@ -41,6 +58,10 @@ class TaskModule(pl.LightningModule):
         super().__init__()
         self.data_info = dict(data_info or {})
         arch_fields = {k: v for k, v in self.data_info.items() if k in ArchConfig.__dataclass_fields__}
+        if arch.max_seq_len is None and data_length(self.data_info) is not None:
+            # the config wins; else text windows give the training length (a `learned` table ends there,
+            # longer evaluation lengths score nan), pairs and algorithmic tasks their longest sequence
+            arch_fields.setdefault("max_seq_len", data_length(self.data_info))
         self.arch = replace(arch, **arch_fields)
         self.optim = optim
         self.compile = compile
@@ -53,6 +74,33 @@ class TaskModule(pl.LightningModule):
     def configure_optimizers(self):
         optimizer, schedule = build_optimizer(self.model, self.optim, self.trainer.estimated_stepping_batches)
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
+
+    def global_mean(self, total: Tensor, count: Tensor) -> Tensor:
+        """`total / count` over the global batch: each process divides its own sum by the mean count
+        per process, so DDP's gradient average is the gradient of the global batch's mean, however the
+        labelled positions fall between processes. With one process, `total / count`.
+
+        Called by every process at every training step (it is a collective under DDP).
+        """
+        count = count.detach().to(total.dtype)
+        trainer = self._trainer
+        if trainer is not None and trainer.world_size > 1:
+            count = trainer.strategy.reduce(count, reduce_op="mean")
+        return total / count.clamp_min(1)
+
+    def train_loss(self, logits: Tensor, labels: Tensor, label_smoothing: float = 0.0) -> Tensor:
+        """Cross-entropy over the labelled positions of the global batch (`IGNORE_INDEX` skipped),
+        logged as `train/loss` (the global batch's value, the same on 1 or N processes)."""
+        total = F.cross_entropy(
+            logits.reshape(-1, logits.shape[-1]),
+            labels.reshape(-1),
+            ignore_index=IGNORE_INDEX,
+            label_smoothing=label_smoothing,
+            reduction="sum",
+        )
+        loss = self.global_mean(total, (labels != IGNORE_INDEX).sum())
+        self.log("train/loss", loss, prog_bar=True, sync_dist=True)
+        return loss
 
     @property
     def base_model(self) -> nn.Module:
@@ -68,7 +116,11 @@ class TaskModule(pl.LightningModule):
         }
 
     def stats_seq_len(self) -> int:
-        return int(self.data_info.get("seq_len", self.arch.max_seq_len))
+        """The sequence length of the FLOP count: the data's training window, else `max_seq_len`."""
+        length = self.data_info.get("seq_len", self.arch.max_seq_len)
+        if length is None:
+            raise ValueError("no sequence length to count FLOPs at: data_info has no seq_len and max_seq_len is unset")
+        return int(length)
 
     def on_fit_start(self) -> None:
         stats = self.model_stats()

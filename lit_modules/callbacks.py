@@ -13,6 +13,8 @@ from pathlib import Path
 import lightning.pytorch as pl
 import torch
 
+from .files import write_json_atomic
+
 PACKAGES = ("torch", "torchvision", "lightning", "torchmetrics", "jsonargparse", "tokenizers", "tensorboard")
 
 
@@ -36,13 +38,9 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
-def write_json_atomic(path: Path, data: dict) -> None:
-    tmp = path.with_suffix(path.suffix + ".tmp")
-    tmp.write_text(json.dumps(data, indent=2, default=str))
-    os.replace(tmp, path)
-
-
 def run_dir(trainer: pl.Trainer) -> Path:
+    """The run's log folder. `trainer.log_dir` broadcasts rank 0's folder to every process, a
+    collective: call it on every process (the callbacks do, in `setup`), never on rank 0 alone."""
     return Path(trainer.log_dir or trainer.default_root_dir)
 
 
@@ -53,6 +51,10 @@ class RunMetadata(pl.Callback):
 
     def __init__(self):
         self.info: dict = {}
+        self.dir: Path | None = None
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        self.dir = run_dir(trainer)  # every process: see run_dir
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         datamodule = trainer.datamodule
@@ -63,6 +65,7 @@ class RunMetadata(pl.Callback):
             "packages": package_versions(),
             "data_checksum": getattr(datamodule, "data_checksum", None),
             "threads": torch.get_num_threads(),
+            "processes": trainer.world_size,
             **pl_module.model_stats(),
         }
         self._write(trainer)
@@ -81,15 +84,16 @@ class RunMetadata(pl.Callback):
         self._write(trainer)
 
     def _write(self, trainer: pl.Trainer) -> None:
-        if trainer.is_global_zero:
-            path = run_dir(trainer)
-            path.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(path / "run.json", self.info)
+        if trainer.is_global_zero:  # one writer; no collective below this line
+            assert self.dir is not None, "RunMetadata.setup has not run"
+            self.dir.mkdir(parents=True, exist_ok=True)
+            write_json_atomic(self.dir / "run.json", self.info)
 
 
 class DivergenceGuard(pl.Callback):
     """Stops a run whose training loss is non-finite or above `max_loss`, and records it as
-    `diverged` with the step: instability is a result, not a crash.
+    `diverged` with the step: instability is a result, not a crash. Under DDP every process checks
+    its own loss and they agree (a collective every step, on every process) so all stop together.
 
     Args:
         max_loss: loss bound; `None` checks finiteness only.
@@ -101,7 +105,8 @@ class DivergenceGuard(pl.Callback):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         value = float(loss.detach())
-        if math.isfinite(value) and (self.max_loss is None or value <= self.max_loss):
+        bad = not (math.isfinite(value) and (self.max_loss is None or value <= self.max_loss))
+        if not trainer.strategy.reduce_boolean_decision(bad, all=False):  # any process diverged
             return
         trainer.should_stop = True
         for callback in trainer.callbacks:

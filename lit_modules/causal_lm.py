@@ -8,13 +8,37 @@ from typing import Any
 
 import torch
 import torch.nn.functional as F
-from torchmetrics import MeanMetric
+from torchmetrics import MeanMetric, Metric
 from torchmetrics.text import Perplexity
 
 from models import GPT, ArchConfig
+from models.config import IGNORE_INDEX
 
 from .base import TaskModule
 from .optim import OptimConfig
+
+
+class ExactMatchByLength(Metric):
+    """Exact-match rate per instance length: sums of hits and counts in fixed-size vectors.
+
+    Hand-written because torchmetrics has no grouped mean; fixed-size states (not one metric per
+    length seen) keep every process's states the same shape, so DDP sums them.
+
+    Args:
+        max_length: the longest instance length counted.
+    """
+
+    def __init__(self, max_length: int) -> None:
+        super().__init__()
+        self.add_state("hits", torch.zeros(max_length + 1), dist_reduce_fx="sum")
+        self.add_state("counts", torch.zeros(max_length + 1), dist_reduce_fx="sum")
+
+    def update(self, correct: torch.Tensor, lengths: torch.Tensor) -> None:
+        self.hits.index_add_(0, lengths, correct.to(self.hits.dtype))
+        self.counts.index_add_(0, lengths, torch.ones_like(correct, dtype=self.counts.dtype))
+
+    def compute(self) -> dict[int, torch.Tensor]:
+        return {n: self.hits[n] / self.counts[n] for n in self.counts.nonzero().flatten().tolist()}
 
 
 class CausalLM(TaskModule):
@@ -23,7 +47,8 @@ class CausalLM(TaskModule):
     Validation runs one dataloader per evaluation length (the DataModule's `eval_lengths`, by
     default 1×, 2×, 4×, 8× the training length, over the same validation tokens) and logs
     `val/loss@<L>`; `val/loss`, `val/ppl` and `val/bpt` (bits per token; bits per character at
-    character level) are taken at the first length. A `learned` table shorter than L gives `nan`.
+    character level) are taken at the first length. A length past the positional scheme's
+    `max_positions` (a `learned` table's rows) gives `nan`.
 
     Batches with `lengths` (algorithmic tasks, loss on the answer only) also log exact-match
     accuracy per instance length, `val/exact_match@<n>`, and its means in and out of the training
@@ -50,52 +75,53 @@ class CausalLM(TaskModule):
         super().__init__(arch, optim, data_info, compile)
         self.model = GPT(self.arch)
         self.sample_tokens, self.sample_temperature = sample_tokens, sample_temperature
-        self.val_loss: dict[int, MeanMetric] = {}
+        self.val_loss = torch.nn.ModuleList()  # one per evaluation length, made at the first validation
         self.val_names: dict[int, str | None] = {}
         self.unfit: set[int] = set()
-        self.exact_match: dict[int, MeanMetric] = {}
-        self.val_ppl = Perplexity(ignore_index=-100)
+        self.exact_match = ExactMatchByLength(int(self.data_info.get("max_len", self.arch.max_seq_len or 0)))
+        self.val_ppl = Perplexity(ignore_index=IGNORE_INDEX)
 
     def loss(self, batch: dict[str, torch.Tensor]) -> tuple[torch.Tensor, torch.Tensor]:
         logits = self.model(batch["input_ids"])
-        return F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100), logits
+        return F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=IGNORE_INDEX), logits
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss, _ = self.loss(batch)
-        self.log("train/loss", loss, prog_bar=True)
-        return loss
+        return self.train_loss(self.model(batch["input_ids"]), batch["labels"])
+
+    @property
+    def max_positions(self) -> int | None:
+        """The longest sequence the model's positional scheme supports; `None`: any length."""
+        return self.base_model.stack.pos.max_positions
 
     def _fits(self, length: int) -> bool:
-        return self.arch.pos_encoding != "learned" or length <= self.arch.max_seq_len
+        return self.max_positions is None or length <= self.max_positions
+
+    def on_validation_epoch_start(self) -> None:
+        # every process makes every loader's metric, even one that gets no batch of it: their states
+        # are summed over processes at the end
+        while len(self.val_loss) < len(self.trainer.num_val_batches):
+            self.val_loss.append(MeanMetric().to(self.device))
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         length = batch["input_ids"].shape[1]
-        if dataloader_idx not in self.val_loss:
-            self.val_loss[dataloader_idx] = MeanMetric().to(self.device)
-            # fixed-length windows are named by their length; padded variable-length data is not
-            self.val_names[dataloader_idx] = None if "lengths" in batch else f"val/loss@{length}"
+        # fixed-length windows are named by their length; padded variable-length data is not
+        self.val_names.setdefault(dataloader_idx, None if "lengths" in batch else f"val/loss@{length}")
         if not self._fits(length):
             self.unfit.add(dataloader_idx)
             return
         loss, logits = self.loss(batch)
-        self.val_loss[dataloader_idx].update(loss, weight=(batch["labels"] != -100).sum())
+        self.val_loss[dataloader_idx].update(loss, weight=(batch["labels"] != IGNORE_INDEX).sum())
         if dataloader_idx == 0:
             self.val_ppl.update(logits, batch["labels"])
         if "lengths" in batch:
-            self._update_exact_match(logits, batch["labels"], batch["lengths"])
+            correct = ((logits.argmax(-1) == batch["labels"]) | (batch["labels"] == IGNORE_INDEX)).all(dim=1)
+            self.exact_match.update(correct, batch["lengths"])
 
-    def _update_exact_match(self, logits: torch.Tensor, labels: torch.Tensor, lengths: torch.Tensor) -> None:
-        correct = ((logits.argmax(-1) == labels) | (labels == -100)).all(dim=1).float()
-        for n in lengths.unique().tolist():
-            if n not in self.exact_match:
-                self.exact_match[n] = MeanMetric().to(self.device)
-            self.exact_match[n].update(correct[lengths == n])
-
-    def _log_exact_match(self) -> None:
-        if not self.exact_match:
+    def _log_exact_match(self, scores: dict[int, torch.Tensor]) -> None:
+        self.exact_match.reset()
+        if not scores:
             return
         boundary = self.data_info.get("train_max_len")
-        scores = {n: metric.compute() for n, metric in sorted(self.exact_match.items())}
         for n, value in scores.items():
             self.log(f"val/exact_match@{n}", value)
         self.log("val/exact_match", torch.stack(list(scores.values())).mean())
@@ -104,38 +130,45 @@ class CausalLM(TaskModule):
                 values = [v for n, v in scores.items() if keep(n)]
                 if values:
                     self.log(f"val/exact_match_{name}", torch.stack(values).mean())
-        for metric in self.exact_match.values():
-            metric.reset()
 
     def on_validation_epoch_end(self) -> None:
-        losses = {}
-        for idx in sorted(self.val_loss):
+        # compute() syncs over processes, so every process calls it for every metric, in the same order
+        # (also for a metric with no update: a length past `max_positions`, or one with no batch here)
+        with warnings.catch_warnings():
+            warnings.filterwarnings("ignore", message=".*was called before the ``update`` method.*")
+            losses = {idx: metric.compute() for idx, metric in enumerate(self.val_loss)}
+            ppl = self.val_ppl.compute()
+            scores = self.exact_match.compute()
+        for metric in (*self.val_loss, self.val_ppl):
+            metric.reset()
+        for idx in sorted(losses):
             if idx in self.unfit:
                 if self.trainer.global_step == 0:
-                    warnings.warn(f"{self.val_names[idx]}: learned positions end at max_seq_len={self.arch.max_seq_len}; logged as nan")
+                    warnings.warn(
+                        f"{self.val_names[idx]}: learned positions end at max_seq_len={self.max_positions}; "
+                        "logged as nan"
+                    )
                 losses[idx] = torch.tensor(math.nan, device=self.device)
-            else:
-                losses[idx] = self.val_loss[idx].compute()
-            self.val_loss[idx].reset()
-            if self.val_names[idx]:
+            if self.val_names.get(idx):
                 self.log(self.val_names[idx], losses[idx])
         if losses:
             loss = losses[0]  # the first loader evaluates at the training length
             self.log("val/loss", loss, prog_bar=True)
             self.log("val/bpt", loss / math.log(2))
             if 0 not in self.unfit:
-                self.log("val/ppl", self.val_ppl.compute())
-                self.val_ppl.reset()
+                self.log("val/ppl", ppl)
         self.unfit.clear()
-        self._log_exact_match()
-        self._log_samples()
+        self._log_exact_match(scores)
+        if self.trainer.is_global_zero:  # sampling calls no collective: only the process that logs samples
+            self._log_samples()
 
     def _log_samples(self) -> None:
         tokenizer = getattr(self.trainer.datamodule, "tokenizer", None)
         experiment = getattr(self.logger, "experiment", None)
         if not self.sample_tokens or tokenizer is None or not hasattr(experiment, "add_text"):
             return
-        budget = self.sample_tokens if self.arch.pos_encoding != "learned" else self.arch.max_seq_len - 1
+        # a bounded scheme fills its positions after the 1-token prompt
+        budget = self.sample_tokens if self.max_positions is None else self.max_positions - 1
         prompt = torch.full((3, 1), tokenizer.bos_id, device=self.device)
         generator = torch.Generator(device=self.device).manual_seed(self.trainer.global_step)
         out = self.base_model.generate(prompt, budget, self.sample_temperature, top_k=None, generator=generator)

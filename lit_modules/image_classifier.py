@@ -58,10 +58,7 @@ class ImageClassifier(TaskModule):
         )
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        logits = self.model(batch["images"])
-        loss = F.cross_entropy(logits, batch["labels"], label_smoothing=self.label_smoothing)
-        self.log("train/loss", loss, prog_bar=True)
-        return loss
+        return self.train_loss(self.model(batch["images"]), batch["labels"], self.label_smoothing)
 
     def _evaluate(self, batch: dict[str, torch.Tensor], stage: str) -> None:
         logits = self.model(batch["images"])
@@ -76,6 +73,9 @@ class ImageClassifier(TaskModule):
 
     def test_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> None:
         self._evaluate(batch, "test")
+
+    def stats_seq_len(self) -> int:
+        return self.base_model.num_tokens  # patches (+ CLS): set by the image and patch size, not max_seq_len
 
     def model_stats(self) -> dict[str, float]:
         stats = super().model_stats()

@@ -11,6 +11,7 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from models import ArchConfig, BertMLM
+from models.config import IGNORE_INDEX
 
 from .base import TaskModule
 from .optim import OptimConfig
@@ -32,22 +33,24 @@ def mask_tokens(
     mask_id: int,
     vocab_size: int,
     special_ids: list[int],
-    generator: torch.Generator,
+    generators: list[torch.Generator],
 ) -> tuple[torch.Tensor, torch.Tensor]:
-    """Returns (inputs, labels); labels are -100 except at selected positions. Special and
-    padding tokens are never selected."""
+    """Returns (inputs, labels); labels are `IGNORE_INDEX` except at selected positions. Special and
+    padding tokens are never selected. Row i's draws come from `generators[i]` alone, so an example's
+    masks do not depend on which batch, or which process, it lands in."""
     device = input_ids.device
 
-    def draw(shape) -> torch.Tensor:
-        return torch.rand(shape, generator=generator, device=generator.device).to(device)
+    def draw() -> torch.Tensor:
+        length = input_ids.shape[1]
+        return torch.stack([torch.rand(length, generator=g, device=g.device) for g in generators]).to(device)
 
     maskable = ~torch.isin(input_ids, torch.tensor(special_ids, device=device))
-    selected = (draw(input_ids.shape) < cfg.select) & maskable
-    labels = input_ids.masked_fill(~selected, -100)
-    roll = draw(input_ids.shape)
+    selected = (draw() < cfg.select) & maskable
+    labels = input_ids.masked_fill(~selected, IGNORE_INDEX)
+    roll = draw()
     to_mask = selected & (roll < cfg.mask)
     to_random = selected & (roll >= cfg.mask) & (roll < cfg.mask + cfg.random)
-    random_tokens = (draw(input_ids.shape) * vocab_size).long()
+    random_tokens = (draw() * vocab_size).long()
     inputs = input_ids.masked_fill(to_mask, mask_id)
     inputs = torch.where(to_random, random_tokens, inputs)
     return inputs, labels
@@ -56,8 +59,8 @@ def mask_tokens(
 class MaskedLM(TaskModule):
     """Masked-token prediction; logs `val/loss` (MLM loss) and `val/acc` (masked-token accuracy).
 
-    Masking is a pure function of (seed, step) in training and of the batch index in validation,
-    so every run of a seed sees the same masks and validation is identical across epochs.
+    Masking is a pure function of (seed, split, sample index): every run of a seed sees the same
+    masks, on 1 or N processes, and validation is identical across epochs.
 
     Args:
         masking: masking probabilities.
@@ -81,26 +84,28 @@ class MaskedLM(TaskModule):
         self.mask_id = int(self.data_info.get("mask_token_id", 1))
         self.special_ids = list(self.data_info.get("special_token_ids", [0, 1, 2, 3]))
         self.val_loss = MeanMetric()
-        self.val_acc = MulticlassAccuracy(self.arch.vocab_size, average="micro", ignore_index=-100)
+        self.val_acc = MulticlassAccuracy(self.arch.vocab_size, average="micro", ignore_index=IGNORE_INDEX)
 
-    def _step(self, batch: dict[str, torch.Tensor], key: int) -> tuple[torch.Tensor, torch.Tensor, torch.Tensor]:
-        generator = torch.Generator().manual_seed(self.seed * 1_000_003 + key)
+    def _step(self, batch: dict[str, torch.Tensor], split: int) -> tuple[torch.Tensor, torch.Tensor]:
+        if "index" not in batch:
+            raise KeyError("MaskedLM keys each example's masks by its sample index: batches need an `index` entry")
+        keys = (self.seed * 1_000_003 + split * 1_000_000_007 + int(i) for i in batch["index"])
+        generators = [torch.Generator().manual_seed(key) for key in keys]
         inputs, labels = mask_tokens(
-            batch["input_ids"], self.masking, self.mask_id, self.arch.vocab_size, self.special_ids, generator
+            batch["input_ids"], self.masking, self.mask_id, self.arch.vocab_size, self.special_ids, generators
         )
-        logits = self.model(inputs, batch.get("attention_mask"))
-        return F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=-100), logits, labels
+        return self.model(inputs, batch.get("attention_mask")), labels
 
     def training_step(self, batch: dict[str, torch.Tensor], batch_idx: int) -> torch.Tensor:
-        loss, _, _ = self._step(batch, self.global_step)
-        self.log("train/loss", loss, prog_bar=True)
-        return loss
+        return self.train_loss(*self._step(batch, split=0))
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         if dataloader_idx:  # text data offers extra lengths for causal LMs; MLM scores the first
             return
-        loss, logits, labels = self._step(batch, -1 - batch_idx)
-        self.val_loss.update(loss, weight=(labels != -100).sum())
+        logits, labels = self._step(batch, split=1)
+        selected = labels != IGNORE_INDEX
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
+        self.val_loss.update(loss / selected.sum().clamp_min(1), weight=selected.sum())
         self.val_acc.update(logits.flatten(0, 1), labels.flatten())
         self.log("val/loss", self.val_loss, prog_bar=True, add_dataloader_idx=False)
         self.log("val/acc", self.val_acc, add_dataloader_idx=False)

@@ -11,6 +11,7 @@ from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import CHRFScore, SacreBLEUScore
 
 from models import ArchConfig, EncoderDecoder
+from models.config import IGNORE_INDEX
 
 from .base import TaskModule
 from .optim import OptimConfig
@@ -57,7 +58,9 @@ class Translation(TaskModule):
                 stage: torch.nn.ModuleDict(
                     {
                         "loss": MeanMetric(),
-                        "token_acc": MulticlassAccuracy(self.arch.vocab_size, average="micro", ignore_index=-100),
+                        "token_acc": MulticlassAccuracy(
+                            self.arch.vocab_size, average="micro", ignore_index=IGNORE_INDEX
+                        ),
                         "exact_match": MeanMetric(),
                         "bleu": SacreBLEUScore(),
                         "chrf": CHRFScore(),
@@ -71,12 +74,7 @@ class Translation(TaskModule):
         return self.model(batch["src_ids"], batch["tgt_in"], batch["src_mask"])
 
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
-        logits = self.forward_batch(batch)
-        loss = F.cross_entropy(
-            logits.flatten(0, 1), batch["tgt_out"].flatten(), ignore_index=-100, label_smoothing=self.label_smoothing
-        )
-        self.log("train/loss", loss, prog_bar=True)
-        return loss
+        return self.train_loss(self.forward_batch(batch), batch["tgt_out"], self.label_smoothing)
 
     def decode(self, batch: dict[str, Any]) -> list[str]:
         tokenizer = self.trainer.datamodule.tokenizer
@@ -90,10 +88,12 @@ class Translation(TaskModule):
         metrics = self.metrics[stage]
         logits = self.forward_batch(batch)
         target = batch["tgt_out"]
-        metrics["loss"].update(F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=-100), weight=(target != -100).sum())
+        loss = F.cross_entropy(logits.flatten(0, 1), target.flatten(), ignore_index=IGNORE_INDEX)
+        metrics["loss"].update(loss, weight=(target != IGNORE_INDEX).sum())
         metrics["token_acc"].update(logits.flatten(0, 1), target.flatten())
         hypotheses, references = self.decode(batch), list(batch["tgt_text"])
-        metrics["exact_match"].update(torch.tensor([float(h.strip() == r.strip()) for h, r in zip(hypotheses, references)]))
+        exact = [float(h.strip() == r.strip()) for h, r in zip(hypotheses, references)]
+        metrics["exact_match"].update(torch.tensor(exact))
         metrics["bleu"].update(hypotheses, [[r] for r in references])
         metrics["chrf"].update(hypotheses, [[r] for r in references])
         for name, metric in metrics.items():

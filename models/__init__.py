@@ -1,7 +1,7 @@
 """Shared Transformer blocks and the four models built from them (pure PyTorch, no Lightning)."""
 
-from .config import ArchConfig, default_d_ff
 from .bert import BertMLM
+from .config import ArchConfig, default_d_ff
 from .encoder_decoder import EncoderDecoder
 from .gpt import GPT
 from .vit import ViT

@@ -54,14 +54,14 @@ class TransformerModel(nn.Module):
         skip = self._embedding_parameters() if non_embedding else set()
         return sum(p.numel() for p in self.parameters() if id(p) not in skip)
 
-    def _matmul_parameters(self) -> int:
+    def matmul_parameters(self) -> int:
         """Weights used in matmuls per token: every Linear's weight (incl. a tied output head)."""
         return sum(m.weight.numel() for m in self.modules() if isinstance(m, nn.Linear))
 
     def flops_per_token(self, seq_len: int, include_attention: bool = True) -> float:
         """Forward FLOPs per token: 2·N_matmul, plus 4·T·d per layer for QKᵀ and AV
         (halved for causal attention, which only sees the past). Training ≈ 3× this."""
-        flops = 2.0 * self._matmul_parameters()
+        flops = 2.0 * self.matmul_parameters()
         if include_attention:
             attn = 4.0 * seq_len * self.cfg.n_heads * self.cfg.head_dim * self._attention_layers()
             flops += attn / 2 if self.causal else attn

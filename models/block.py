@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Callable
+from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
@@ -35,7 +35,7 @@ class Block(nn.Module):
             return x + self.drop(f(norm(x)))
         return norm(x + self.drop(f(x)))
 
-    def forward(self, x: Tensor, ctx: "StackContext", layer: int) -> Tensor:
+    def forward(self, x: Tensor, ctx: StackContext, layer: int) -> Tensor:
         x = self._residual(x, lambda h: self.attn(h, **ctx.self_kwargs(layer)), self.attn_norm)
         if self.cross is not None:
             x = self._residual(x, lambda h: self.cross(h, **ctx.cross_kwargs(layer)), self.cross_norm)
@@ -96,9 +96,16 @@ class TransformerStack(nn.Module):
     def new_cache(self, max_len: int) -> KVCache:
         return KVCache(len(self.blocks), max_len)
 
-    def _self_mask(self, T: int, offset: int, attention_mask: Tensor | None, x: Tensor) -> tuple[Tensor | None, bool]:
-        """Returns (mask, is_causal). With no bias and no padding, SDPA's causal flag is used and
-        no T×T mask is built, so the fused kernels run."""
+    def self_mask(self, T: int, offset: int, attention_mask: Tensor | None, x: Tensor) -> tuple[Tensor | None, bool]:
+        """The self-attention mask of one forward, as (mask, is_causal). With no bias and no padding,
+        SDPA's causal flag is used and no T×T mask is built, so the fused kernels run.
+
+        Args:
+            T: new positions (the queries).
+            offset: positions already in the KV cache.
+            attention_mask: (B, T) with 1 = token, 0 = padding, or None.
+            x: the embedded input (B, T, d), whose dtype and device the mask takes.
+        """
         bias = self.pos.score_bias(T, offset + T, offset)
         pad = padding_bias(attention_mask, x.dtype)
         causal_rows = self.causal and T > 1
@@ -125,7 +132,7 @@ class TransformerStack(nn.Module):
         T = x.shape[1]
         offset = cache.length if cache is not None else 0
         x = self.drop(self.embed_norm(self.pos.embed(x, offset)))
-        mask, is_causal = self._self_mask(T, offset, attention_mask, x)
+        mask, is_causal = self.self_mask(T, offset, attention_mask, x)
         ctx = StackContext(
             mask=mask,
             is_causal=is_causal,

@@ -15,6 +15,35 @@ Activation = Literal["relu", "gelu", "swiglu", "geglu"]
 GeluApproximation = Literal["none", "tanh"]
 
 GATED_ACTIVATIONS = ("swiglu", "geglu")
+IGNORE_INDEX = -100  # label of positions without a loss: F.cross_entropy's default ignore_index
+
+
+@dataclass(frozen=True)
+class PositionalFacts:
+    """What the suite knows about a positional scheme without building it (and without torch).
+
+    `models/positional.py` attaches each scheme's facts to its class; the longest position a built
+    scheme supports is its `max_positions` (it depends on the config).
+
+    Args:
+        scales_embeddings: by default (`scale_embeddings=None`) token embeddings are multiplied by
+            sqrt(d_model), as the scheme's authors did (Vaswani et al. 2017 §3.4).
+        vit_form: ViT has a form of it over its tokens (`sinusoidal` is the 2-D sin-cos table).
+    """
+
+    scales_embeddings: bool = False
+    vit_form: bool = False
+
+
+POSITIONAL_FACTS: dict[PosEncoding, PositionalFacts] = {
+    "sinusoidal": PositionalFacts(scales_embeddings=True, vit_form=True),
+    "learned": PositionalFacts(vit_form=True),
+    "rope": PositionalFacts(),
+    "alibi": PositionalFacts(),
+    "t5": PositionalFacts(),
+    "none": PositionalFacts(vit_form=True),
+}
+assert set(POSITIONAL_FACTS) == set(get_args(PosEncoding))
 
 
 def _choices(literal) -> str:
@@ -44,7 +73,9 @@ class ArchConfig:
         n_heads: query heads.
         n_kv_heads: key/value heads (GQA/MQA); `None` means `n_heads` (MHA).
         d_ff: FFN hidden width; `None` picks `default_d_ff(d_model, activation)`.
-        max_seq_len: longest sequence for `learned` positions (and the size of cached tables).
+        max_seq_len: longest sequence for `learned` positions (and the first size of the other
+            schemes' cached tables); `None` takes it from the data: a task module sets it to the
+            data's longest sequence (`data_info`), so it is set by hand only to differ from that.
         pos_encoding: positional scheme (ablation axis).
         norm: normalisation layer (ablation axis).
         norm_placement: `pre` (x + f(norm(x)), final norm) or `post` (norm(x + f(x))).
@@ -61,7 +92,7 @@ class ArchConfig:
         attn_scale: score scale; `None` means 1/sqrt(head_dim) (T5 uses 1.0).
         gelu_approximate: GELU's tanh approximation (GPT-2, BLOOM, T5 v1.1) or exact.
         scale_embeddings: multiply token embeddings by sqrt(d_model); `None` means "as the
-            scheme's authors did": on for `sinusoidal` (Vaswani et al. 2017), off otherwise.
+            scheme's authors did" (`PositionalFacts.scales_embeddings`: on for `sinusoidal` only).
         init_std: std of the normal init of weights.
         scaled_residual_init: GPT-2 init: residual output projections get std
             init_std/sqrt(2·n_layers).
@@ -73,7 +104,7 @@ class ArchConfig:
     n_heads: int = 4
     n_kv_heads: int | None = None
     d_ff: int | None = None
-    max_seq_len: int = 256
+    max_seq_len: int | None = None
     pos_encoding: PosEncoding = "learned"
     norm: NormName = "layernorm"
     norm_placement: NormPlacement = "pre"
@@ -104,7 +135,8 @@ class ArchConfig:
             value = getattr(self, name)
             if value not in get_args(literal):
                 raise ValueError(f"{name}={value!r} is not valid; choose one of {_choices(literal)}")
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "max_seq_len"):
+        set_lengths = ("max_seq_len",) if self.max_seq_len is not None else ()  # None: taken from the data
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", *set_lengths):
             if getattr(self, name) < 1:
                 raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
         if self.d_model % self.n_heads:
@@ -144,6 +176,11 @@ class ArchConfig:
         return int(self.head_dim * self.rope_fraction)
 
     @property
+    def positional(self) -> PositionalFacts:
+        """The facts of `pos_encoding`."""
+        return POSITIONAL_FACTS[self.pos_encoding]
+
+    @property
     def embed_scale(self) -> float:
-        scale = self.pos_encoding == "sinusoidal" if self.scale_embeddings is None else self.scale_embeddings
+        scale = self.positional.scales_embeddings if self.scale_embeddings is None else self.scale_embeddings
         return self.d_model**0.5 if scale else 1.0

@@ -5,21 +5,34 @@ A stack asks its scheme three questions once per forward, and hands the answers 
   rotary(length, offset)           -> (cos, sin) to rotate q and k   (rope)
   score_bias(q_len, k_len, offset) -> (H, q_len, k_len) score bias   (alibi, t5)
 `offset` is the number of positions already in the KV cache.
+
+Each scheme also carries its facts, so no other file tests a scheme's name: `facts` (the
+torch-free `PositionalFacts` of `config.py`: whether it scales token embeddings, whether ViT has a
+form of it) and `max_positions`, the longest sequence it supports (a learned table's rows; `None`
+for the schemes that run at any length).
 """
 
 from __future__ import annotations
 
 import math
-from typing import Callable
+from collections.abc import Callable
+from typing import ClassVar
 
 import torch
 from torch import Tensor, nn
 
-from .config import ArchConfig, PosEncoding
+from .config import POSITIONAL_FACTS, ArchConfig, PosEncoding, PositionalFacts
 
 
 class PositionalScheme(nn.Module):
     """No positional information (NoPE); the other schemes override one method each."""
+
+    facts: ClassVar[PositionalFacts] = POSITIONAL_FACTS["none"]
+
+    @property
+    def max_positions(self) -> int | None:
+        """The longest sequence this scheme can position; `None`: any length."""
+        return None
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
         return x
@@ -42,10 +55,13 @@ def sinusoidal_table(length: int, dim: int) -> Tensor:
 
 
 class SinusoidalPositions(PositionalScheme):
+    facts = POSITIONAL_FACTS["sinusoidal"]
+
     def __init__(self, cfg: ArchConfig, causal: bool):
         super().__init__()
         self.dim = cfg.d_model
-        self.register_buffer("table", sinusoidal_table(cfg.max_seq_len, cfg.d_model), persistent=False)
+        # a fixed function of the position: the table is a cache, grown on demand from any start
+        self.register_buffer("table", sinusoidal_table(cfg.max_seq_len or 0, cfg.d_model), persistent=False)
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
         end = offset + x.shape[1]
@@ -55,9 +71,23 @@ class SinusoidalPositions(PositionalScheme):
 
 
 class LearnedPositions(PositionalScheme):
+    """One learned row per position: `length` rows (ViT: its token count), else `cfg.max_seq_len`."""
+
+    facts = POSITIONAL_FACTS["learned"]
+
     def __init__(self, cfg: ArchConfig, causal: bool, length: int | None = None):
         super().__init__()
-        self.table = nn.Embedding(length or cfg.max_seq_len, cfg.d_model)
+        length = length or cfg.max_seq_len
+        if length is None:
+            raise ValueError(
+                "pos_encoding='learned' needs max_seq_len (the rows of its table); set it, or build the "
+                "model through a task module, which takes it from the data"
+            )
+        self.table = nn.Embedding(length, cfg.d_model)
+
+    @property
+    def max_positions(self) -> int:
+        return self.table.num_embeddings
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
         end = offset + x.shape[1]
@@ -72,11 +102,13 @@ class LearnedPositions(PositionalScheme):
 class RotaryPositions(PositionalScheme):
     """RoPE (Su et al.), rotate-half layout as in Llama/GPT-NeoX, on the first rotary_dim dims."""
 
+    facts = POSITIONAL_FACTS["rope"]
+
     def __init__(self, cfg: ArchConfig, causal: bool):
         super().__init__()
         self.base, self.dim = cfg.rope_base, cfg.rotary_dim
         self._cache: tuple[int, Tensor, Tensor] | None = None
-        self._grow(cfg.max_seq_len)
+        self._grow(cfg.max_seq_len or 0)  # a cache: grown on demand
 
     def _grow(self, length: int, device=None) -> None:
         inv_freq = 1.0 / self.base ** (torch.arange(0, self.dim, 2, dtype=torch.float32, device=device) / self.dim)
@@ -144,6 +176,8 @@ class _CachedBias(PositionalScheme):
 
 
 class AlibiBias(_CachedBias):
+    facts = POSITIONAL_FACTS["alibi"]
+
     def __init__(self, cfg: ArchConfig, causal: bool):
         super().__init__(causal)
         self.register_buffer("slopes", alibi_slopes(cfg.n_heads), persistent=False)
@@ -176,6 +210,8 @@ def t5_relative_bucket(relative_position: Tensor, bidirectional: bool, num_bucke
 class T5RelativeBias(_CachedBias):
     """A learned scalar per (bucket, head), computed once per forward and shared by all layers."""
 
+    facts = POSITIONAL_FACTS["t5"]
+
     def __init__(self, cfg: ArchConfig, causal: bool):
         super().__init__(causal)
         self.num_buckets, self.max_distance = cfg.t5_num_buckets, cfg.t5_max_distance
@@ -200,6 +236,8 @@ POSITIONAL: dict[PosEncoding, type[PositionalScheme]] = {
     "alibi": AlibiBias,
     "t5": T5RelativeBias,
 }
+# one table of facts: each class carries the config's facts of its key
+assert all(scheme.facts is POSITIONAL_FACTS[name] for name, scheme in POSITIONAL.items())
 
 
 def build_positional(cfg: ArchConfig, causal: bool) -> PositionalScheme:

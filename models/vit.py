@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Literal
 
 import torch
@@ -9,17 +10,18 @@ from torch import Tensor, nn
 
 from .base import TransformerModel
 from .block import TransformerStack
-from .config import ArchConfig
+from .config import POSITIONAL_FACTS, ArchConfig, PosEncoding
 from .norms import build_norm
 from .positional import LearnedPositions, PositionalScheme, sinusoidal_table
 
 Pooling = Literal["cls", "mean"]
-VIT_POSITIONAL = ("learned", "sinusoidal", "none")
 
 
 class SinCos2DPositions(PositionalScheme):
     """Fixed 2-D sin-cos table (MAE, "simple ViT"): half the channels encode the row, half the
     column; a CLS token gets the zero vector."""
+
+    facts = POSITIONAL_FACTS["sinusoidal"]
 
     def __init__(self, cfg: ArchConfig, grid: int, prefix_tokens: int):
         super().__init__()
@@ -33,6 +35,16 @@ class SinCos2DPositions(PositionalScheme):
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
         return x + self.table
+
+
+# pos_encoding -> its form over ViT's tokens, from (cfg, grid side, prefix tokens): exactly the schemes
+# whose facts have `vit_form`; the others (rope, alibi, t5) are refused by name
+VIT_POSITIONAL: dict[PosEncoding, Callable[[ArchConfig, int, int], PositionalScheme]] = {
+    "learned": lambda cfg, grid, prefix: LearnedPositions(cfg, causal=False, length=grid * grid + prefix),
+    "sinusoidal": SinCos2DPositions,
+    "none": lambda cfg, grid, prefix: PositionalScheme(),
+}
+assert set(VIT_POSITIONAL) == {name for name, facts in POSITIONAL_FACTS.items() if facts.vit_form}
 
 
 class ViT(TransformerModel):
@@ -53,7 +65,7 @@ class ViT(TransformerModel):
         pool: Pooling = "cls",
     ):
         super().__init__()
-        if cfg.pos_encoding not in VIT_POSITIONAL:
+        if not cfg.positional.vit_form:
             raise ValueError(
                 f"pos_encoding={cfg.pos_encoding!r} is not supported by ViT; choose one of "
                 f"{', '.join(map(repr, VIT_POSITIONAL))} ('sinusoidal' is the 2-D sin-cos table)"
@@ -67,11 +79,7 @@ class ViT(TransformerModel):
         self.num_tokens = grid * grid + (pool == "cls")
         self.patch = nn.Conv2d(in_channels, cfg.d_model, patch_size, stride=patch_size)
         self.cls = nn.Parameter(torch.zeros(1, 1, cfg.d_model)) if pool == "cls" else None
-        positional = {
-            "learned": lambda: LearnedPositions(cfg, causal=False, length=self.num_tokens),
-            "sinusoidal": lambda: SinCos2DPositions(cfg, grid, prefix_tokens=int(pool == "cls")),
-            "none": PositionalScheme,
-        }[cfg.pos_encoding]()
+        positional = VIT_POSITIONAL[cfg.pos_encoding](cfg, grid, int(pool == "cls"))
         self.stack = TransformerStack(cfg, causal=False, positional=positional, final_norm=False)
         # the final norm after pooling: for CLS it equals norm-then-select; for mean it is timm's fc_norm
         self.norm = build_norm(cfg) if cfg.norm_placement == "pre" else nn.Identity()

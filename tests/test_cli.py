@@ -27,6 +27,8 @@ def test_invalid_combination_names_field(capsys):
 
 
 def test_vocab_size_linked_from_data(tmp_path):
-    cli = cli_main([*GPT[:0], *GPT, "--trainer.fast_dev_run", "1", "--trainer.default_root_dir", str(tmp_path)], run=False)
+    cli = cli_main(
+        [*GPT[:0], *GPT, "--trainer.fast_dev_run", "1", "--trainer.default_root_dir", str(tmp_path)], run=False
+    )
     assert cli.model.model.cfg.vocab_size == cli.datamodule.vocab_size
     assert cli.model.data_info["seq_len"] == cli.datamodule.seq_len

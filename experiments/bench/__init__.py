@@ -11,7 +11,7 @@ Sections (each a module of this package with `run(ctx) -> Section`):
   data        share of step time spent waiting for the text DataModule
 
 The run prints a markdown report (targets with PASS/FAIL first) and writes it, with a JSON copy
-holding every sample, to `--out` (default experiments/results/bench/): bench.md and bench.json,
+holding every sample, to `--out` (default experiments/bench/results/): bench.md and bench.json,
 or bench-smoke.* in smoke mode. Every ratio is measured within the same run, interleaved (see
 `timing.py`); the load average is recorded because other processes skew every figure. `--smoke`
 uses tiny shapes and one repetition: it checks that every section runs, not speed.
@@ -37,7 +37,7 @@ from pathlib import Path
 import torch
 
 from .common import FULL, POSITIONAL_SCHEMES, SMOKE, Context
-from .report import Section, Table, targets_table
+from .tables import Section, Table, targets_table
 from .timing import load_average, machine_info, matmul_peak_flops
 
 SECTIONS = {

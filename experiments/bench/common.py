@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from typing import TYPE_CHECKING, get_args
 
 import torch
 import torch.nn.functional as F
@@ -12,8 +15,13 @@ from torch import Tensor, nn
 from torch.profiler import ProfilerActivity, profile
 
 from models import ArchConfig
+from models.config import PosEncoding
 
-POSITIONAL_SCHEMES = ("none", "sinusoidal", "learned", "rope", "alibi", "t5")
+if TYPE_CHECKING:
+    from lit_modules.optim import OptimConfig
+
+# every `PosEncoding` choice, the baseline `none` first (the row order of the bench tables)
+POSITIONAL_SCHEMES = ("none",) + tuple(p for p in get_args(PosEncoding) if p != "none")
 # SDPA's CPU implementations as torch.profiler names them
 KERNELS = {
     "aten::_scaled_dot_product_flash_attention_for_cpu": "flash (CPU)",
@@ -120,36 +128,81 @@ def token_batch(batch: int, seq: int, vocab: int, seed: int = 0) -> tuple[Tensor
     return ids[:, :-1].contiguous(), ids[:, 1:].contiguous()
 
 
-def make_optimizer(model: nn.Module) -> torch.optim.Optimizer:
-    """The suite's optimiser (`lit_modules.optim`: fused AdamW, decay on matrices only) for any
-    model, so every candidate pays the same optimiser step."""
-    from lit_modules.optim import parameter_groups  # imports Lightning: not at module level
-
-    return torch.optim.AdamW(parameter_groups(model, 0.1), lr=1e-3, betas=(0.9, 0.95), fused=True)
+def cross_entropy(output: Tensor, targets: Tensor) -> Tensor:
+    """Cross entropy of (..., classes) outputs against (...) targets: next-token logits (B, T, V)
+    against labels (B, T), or class logits (B, C) against labels (B,)."""
+    return F.cross_entropy(output.flatten(0, -2), targets.flatten())
 
 
-def lm_train_step(
-    model: nn.Module,
-    input_ids: Tensor,
-    labels: Tensor,
-    forward: Callable[[nn.Module, Tensor], Tensor] | None = None,
-    optimizer: torch.optim.Optimizer | None = None,
-) -> Callable[[], Tensor]:
-    """A closure running one forward + cross entropy + backward + AdamW step on a fixed batch.
-    `forward(model, ids)` returns logits (default: `model(ids)`); `optimizer` defaults to
-    `make_optimizer(model)`."""
-    model.train()
-    optimizer = optimizer if optimizer is not None else make_optimizer(model)
+class TrainStep:
+    """The training step every benchmark times: forward, loss, backward, [gradient clipping,]
+    optimiser step, zero_grad(set_to_none=True)[, scheduler step].
 
-    def step() -> float:
-        logits = forward(model, input_ids) if forward is not None else model(input_ids)
-        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten())
+    The optimiser is the suite's (`lit_modules.optim.build_optimizer`: fused AdamW, weight decay on
+    matrices only, warmup-cosine schedule) built from `optim` (default `OptimConfig()`), so every
+    candidate pays the same optimiser step. `optimizer` replaces it where building it is not wanted
+    (see `sweeps.worker`); the schedule is stepped only with `step_schedule`.
+
+    `step(inputs, targets)` runs one step on a batch and returns the detached loss;
+    `step.on(inputs, targets)` is a no-argument closure on a fixed batch (what `interleaved` times).
+
+    Args:
+        forward: `forward(model, inputs)` returns the output (default `model(inputs)`).
+        loss: `loss(output, targets)` (default `cross_entropy`).
+        clip_norm: clip the gradient norm to this before the optimiser step.
+        autocast: (device_type, dtype) to run forward and loss under `torch.autocast`.
+        sync: called at the end of every step (e.g. `torch.cuda.synchronize`).
+    """
+
+    def __init__(
+        self,
+        model: nn.Module,
+        optim: OptimConfig | None = None,
+        *,
+        total_steps: int = 1,
+        step_schedule: bool = False,
+        optimizer: torch.optim.Optimizer | None = None,
+        forward: Callable[[nn.Module, Tensor], Tensor] | None = None,
+        loss: Callable[[Tensor, Tensor], Tensor] = cross_entropy,
+        clip_norm: float | None = None,
+        autocast: tuple[str, torch.dtype] | None = None,
+        sync: Callable[[], object] | None = None,
+    ):
+        self.model = model.train()
+        self.schedule = None
+        if optimizer is None:
+            from lit_modules.optim import OptimConfig, build_optimizer  # imports Lightning: not at module level
+
+            optimizer, schedule = build_optimizer(model, optim or OptimConfig(), total_steps)
+            self.schedule = schedule if step_schedule else None
+        elif optim is not None or step_schedule:
+            raise ValueError("TrainStep: pass either `optimizer` or `optim`/`step_schedule`, not both")
+        self.optimizer = optimizer
+        self.forward = forward
+        self.loss = loss
+        self.clip_norm = clip_norm
+        self.autocast = autocast
+        self.sync = sync
+
+    def __call__(self, inputs, targets) -> Tensor:
+        model = self.model
+        with torch.autocast(*self.autocast) if self.autocast else contextlib.nullcontext():
+            output = self.forward(model, inputs) if self.forward is not None else model(inputs)
+            loss = self.loss(output, targets)
         loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+        if self.clip_norm is not None:
+            torch.nn.utils.clip_grad_norm_(model.parameters(), self.clip_norm)
+        self.optimizer.step()
+        self.optimizer.zero_grad(set_to_none=True)
+        if self.schedule is not None:
+            self.schedule.step()
+        if self.sync is not None:
+            self.sync()
         return loss.detach()
 
-    return step
+    def on(self, inputs, targets) -> Callable[[], Tensor]:
+        """One step on this fixed batch per call."""
+        return functools.partial(self, inputs, targets)
 
 
 @dataclass

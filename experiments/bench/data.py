@@ -6,12 +6,11 @@ from __future__ import annotations
 import time
 
 import torch
-import torch.nn.functional as F
 
 from models import GPT
 
-from .common import Context, make_optimizer
-from .report import Section, Table
+from .common import Context, TrainStep
+from .tables import Section, Table
 from .timing import Timing
 
 
@@ -25,15 +24,11 @@ def run(ctx: Context) -> Section:
     dm.prepare_data()
     prepare = time.perf_counter() - start
     torch.manual_seed(0)
-    model = GPT(s.arch(vocab_size=dm.vocab_size)).train()
-    optimizer = make_optimizer(model)
+    train_step = TrainStep(GPT(s.arch(vocab_size=dm.vocab_size)))
     batches = iter(dm.train_dataloader())
 
-    def step(batch) -> None:
-        loss = F.cross_entropy(model(batch["input_ids"]).flatten(0, 1), batch["labels"].flatten())
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
+    def step(batch: dict) -> None:
+        train_step(batch["input_ids"], batch["labels"])
 
     for _ in range(max(1, s.warmup)):
         step(next(batches))
@@ -49,7 +44,8 @@ def run(ctx: Context) -> Section:
     share = sum(wait.samples) / (sum(wait.samples) + sum(compute.samples))
     table = Table(
         ["part", "time per step (median, min–max)"],
-        title=f"{s.data_steps} steps, batch {s.batch_size} × seq {s.seq_len}, num_workers {dm.num_workers}, vocab {dm.vocab_size}",
+        title=f"{s.data_steps} steps, batch {s.batch_size} × seq {s.seq_len}, num_workers {dm.num_workers}, "
+        f"vocab {dm.vocab_size}",
     )
     table.add("next(iter(train_dataloader))", wait.fmt("ms"))
     table.add("training step (fwd + bwd + AdamW)", compute.fmt("ms"))

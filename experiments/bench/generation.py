@@ -15,7 +15,7 @@ import torch
 from models import GPT
 
 from .common import POSITIONAL_SCHEMES, Context
-from .report import Section, Table, Target
+from .tables import Section, Table, Target
 from .timing import Timing
 
 
@@ -25,7 +25,10 @@ def run(ctx: Context) -> Section:
     new, prompt_len = s.gen_new_tokens, s.gen_prompt
     table = Table(
         ["scheme", "batch", "tokens/s with cache", "tokens/s without", "speed-up (paired min–max)", "identical tokens"],
-        title=f"prompt {prompt_len} tokens; max_seq_len {prompt_len + new}; tokens/s counts new tokens of the whole batch",
+        title=(
+            f"prompt {prompt_len} tokens; max_seq_len {prompt_len + new}; "
+            "tokens/s counts new tokens of the whole batch"
+        ),
     )
     speedups: dict[int, dict[str, tuple]] = {b: {} for b in s.gen_batches}
     section.data["runs"] = {}

@@ -8,7 +8,7 @@ transformers' GPT2LMHeadModel (SDPA attention) of the same architecture.
 
 Runs in a few minutes on one modern GPU (well under 10). Without CUDA it prints why and exits
 with status 1, measuring nothing. Writes gpu.md and gpu.json to --out (default
-experiments/results/bench/).
+experiments/bench/results/).
 """
 
 from __future__ import annotations
@@ -22,8 +22,10 @@ from pathlib import Path
 
 import torch
 import torch.nn.functional as F
+from torch import Tensor
 
-from .report import Table
+from .common import TrainStep
+from .tables import Table
 from .timing import interleaved, machine_info, matmul_peak_flops, ratio_range
 
 DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results" / "bench"
@@ -45,21 +47,27 @@ def build_hf(shape: dict, activation: str):
     return hf_gpt2(dims, activation)
 
 
+def fp32_cross_entropy(logits: Tensor, labels: Tensor) -> Tensor:
+    """Next-token cross entropy on the bf16 logits cast to fp32."""
+    return F.cross_entropy(logits.flatten(0, 1).float(), labels.flatten())
+
+
 def train_step(model, ids, labels, device: str, hf: bool):
-    model.to(device).train()
-    optimizer = torch.optim.AdamW(model.parameters(), lr=6e-4, betas=(0.9, 0.95), fused=True)
-    sync = torch.cuda.synchronize if device == "cuda" else (lambda: None)
+    """The benchmark's training step (`common.TrainStep`: the suite's AdamW at lr 6e-4) under bf16
+    autocast, synchronising the GPU at its end."""
+    from lit_modules.optim import OptimConfig
 
-    def step():
-        with torch.autocast(device_type=device, dtype=torch.bfloat16):
-            out = model(input_ids=ids, use_cache=False).logits if hf else model(ids)
-            loss = F.cross_entropy(out.flatten(0, 1).float(), labels.flatten())
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-        sync()
+    from .training import hf_forward
 
-    return step
+    model.to(device)
+    return TrainStep(
+        model,
+        OptimConfig(lr=6e-4),
+        forward=hf_forward if hf else None,
+        loss=fp32_cross_entropy,
+        autocast=(device, torch.bfloat16),
+        sync=torch.cuda.synchronize if device == "cuda" else None,
+    ).on(ids, labels)
 
 
 def parse_args(argv):
@@ -122,7 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             step()
             memory[name] = torch.cuda.max_memory_allocated() / 2**30
 
-    n = suite._matmul_parameters()
+    n = suite.matmul_parameters()
     flops_6n = 6.0 * n
     flops_attn = 3.0 * suite.flops_per_token(shape["seq"], include_attention=True)
     n_tokens = ids.numel()
@@ -136,9 +144,9 @@ def main(argv: list[str] | None = None) -> int:
             "MFU 6·N + attn",
             "peak GiB",
         ],
-        title=f"{shape['n_layers']} layers, d_model {shape['d_model']}, {shape['n_heads']} heads, vocab {shape['vocab']}, "
-        f"seq {shape['seq']}, batch {batch}, bf16 autocast; N = {n:,} matmul params; measured bf16 matmul peak "
-        f"{peak / 1e12:.1f} TFLOP/s",
+        title=f"{shape['n_layers']} layers, d_model {shape['d_model']}, {shape['n_heads']} heads, "
+        f"vocab {shape['vocab']}, seq {shape['seq']}, batch {batch}, bf16 autocast; N = {n:,} matmul params; "
+        f"measured bf16 matmul peak {peak / 1e12:.1f} TFLOP/s",
     )
     results = {}
     for name, t in times.items():

@@ -21,12 +21,11 @@ import tempfile
 import time
 
 import torch
-import torch.nn.functional as F
 
 from models import GPT
 
-from .common import Context
-from .report import Section, Table, Target
+from .common import Context, TrainStep
+from .tables import Section, Table, Target
 from .timing import Timing
 
 
@@ -34,10 +33,9 @@ def run(ctx: Context) -> Section:
     import lightning.pytorch as pl
     from lightning.pytorch.loggers import TensorBoardLogger
 
-    from cli import describe_data
     from datamodules.text import TextDataModule
     from lit_modules import CausalLM, DivergenceGuard, OptimConfig, RunMetadata
-    from lit_modules.optim import build_optimizer
+    from lit_modules.cli import describe_data
 
     s = ctx.settings
     section = Section("lightning", "Lightning overhead (CausalLM + Trainer vs a plain loop)")
@@ -51,21 +49,15 @@ def run(ctx: Context) -> Section:
     lit = CausalLM(s.arch(), optim, data_info=describe_data(dm), sample_tokens=0)
     plain = GPT(lit.arch)
     plain.load_state_dict(lit.model.state_dict())
-    plain.train()
-    optimizer, schedule = build_optimizer(plain, optim, max_steps)
+    # what CausalLM's training step does: the same optimiser, schedule stepped per step, clipping at 1.0
+    step = TrainStep(plain, optim, total_steps=max_steps, step_schedule=True, clip_norm=1.0)
     batches = iter(dm.train_dataloader())
 
     def plain_steps(n: int) -> float:
         start = time.perf_counter()
         for _ in range(n):
             batch = next(batches)
-            logits = plain(batch["input_ids"])
-            loss = F.cross_entropy(logits.flatten(0, 1), batch["labels"].flatten(), ignore_index=-100)
-            loss.backward()
-            torch.nn.utils.clip_grad_norm_(plain.parameters(), 1.0)
-            optimizer.step()
-            optimizer.zero_grad(set_to_none=True)
-            schedule.step()
+            loss = step(batch["input_ids"], batch["labels"])
             float(loss)  # the plain loop looks at its loss too (Lightning's DivergenceGuard does)
         return time.perf_counter() - start
 
@@ -114,7 +106,8 @@ def run(ctx: Context) -> Section:
     pairs = [a / b - 1 for a, b in zip(lightning_t.samples, plain_t.samples)]
     table = Table(
         ["loop", "time per step", "tokens/s"],
-        title=f"{reps} interleaved chunks of {chunk} steps after {warmup} warm-up step(s); batch {s.batch_size} × seq {s.seq_len}",
+        title=f"{reps} interleaved chunks of {chunk} steps after {warmup} warm-up step(s); "
+        f"batch {s.batch_size} × seq {s.seq_len}",
     )
     table.add("plain loop", plain_t.fmt("ms"), plain_t.rate(tokens).fmt())
     table.add("CausalLM + Trainer", lightning_t.fmt("ms"), lightning_t.rate(tokens).fmt())

@@ -14,8 +14,8 @@ import torch
 
 from models import GPT
 
-from .common import POSITIONAL_SCHEMES, Context, lm_train_step, make_optimizer, profile_step, token_batch
-from .report import Section, Table, Target
+from .common import POSITIONAL_SCHEMES, Context, TrainStep, profile_step, token_batch
+from .tables import Section, Table, Target
 from .timing import interleaved
 from .training import sdpa_mask_of
 
@@ -27,12 +27,12 @@ def run(ctx: Context) -> Section:
     s = ctx.settings
     section = Section("seqlen", "Sequence-length scaling (training step, fixed tokens per batch)")
     lengths = [T for T in s.seq_lengths if T <= s.seq_tokens]
-    models, optimizers = {}, {}
+    models, train_steps = {}, {}
     for pos in POSITIONAL_SCHEMES:
         torch.manual_seed(0)
         models[pos] = GPT(s.arch(pos_encoding=pos, max_seq_len=max(lengths)))
-        optimizers[pos] = make_optimizer(models[pos])
-        lm_train_step(models[pos], *token_batch(1, lengths[0], s.vocab_size), optimizer=optimizers[pos])()
+        train_steps[pos] = TrainStep(models[pos])
+        train_steps[pos](*token_batch(1, lengths[0], s.vocab_size))
     # each scheme keeps one optimiser, whose state now exists: the first step at a new length is
     # profiled (it is also that length's warm-up), then the length's timed repetitions follow.
     # A one-sequence forward first fills the caches a scheme keeps per length, so the profiled step
@@ -40,7 +40,7 @@ def run(ctx: Context) -> Section:
     results: dict[str, dict[int, dict]] = {pos: {} for pos in POSITIONAL_SCHEMES}
     for T in lengths:
         ids, labels = token_batch(s.seq_tokens // T, T, s.vocab_size)
-        steps = {pos: lm_train_step(m, ids, labels, optimizer=optimizers[pos]) for pos, m in models.items()}
+        steps = {pos: train_steps[pos].on(ids, labels) for pos in models}
         for pos, step in steps.items():
             with torch.no_grad():
                 models[pos](ids[:1])  # builds a scheme's per-length caches (ALiBi distances, T5 buckets)
@@ -59,7 +59,8 @@ def run(ctx: Context) -> Section:
 
     head = ["scheme"] + [f"T={T}" for T in lengths]
     time_table = Table(
-        head, title=f"Step time, median ms (n={s.seq_reps}), {s.seq_tokens} tokens per batch (batch = {s.seq_tokens}/T)"
+        head,
+        title=f"Step time, median ms (n={s.seq_reps}), {s.seq_tokens} tokens per batch (batch = {s.seq_tokens}/T)",
     )
     mem_table = Table(
         head, title="Peak memory of a step above its start, MiB (torch CPU allocator, via torch.profiler)"

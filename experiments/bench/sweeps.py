@@ -25,7 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 
 from .common import Context
-from .report import Section, Table
+from .tables import Section, Table
 
 ROOT = Path(__file__).resolve().parents[2]
 
@@ -35,14 +35,14 @@ def worker(arch: dict, batch: int, seq: int) -> None:
 
     from models import GPT, ArchConfig
 
-    from .common import lm_train_step, token_batch
+    from .common import TrainStep, token_batch
 
     torch.manual_seed(0)
     model = GPT(ArchConfig(**arch))
     ids, labels = token_batch(batch, seq, model.cfg.vocab_size)
     # plain fused AdamW: the suite's parameter groups change weight decay, not cost, and importing
     # them would import Lightning into every worker
-    step = lm_train_step(model, ids, labels, optimizer=torch.optim.AdamW(model.parameters(), fused=True))
+    step = TrainStep(model, optimizer=torch.optim.AdamW(model.parameters(), fused=True)).on(ids, labels)
     cores = torch.get_num_threads()
     for threads in (1, cores):  # warm up under both thread counts
         torch.set_num_threads(threads)
@@ -129,7 +129,8 @@ def run(ctx: Context) -> Section:
     jobs = cores if ratio > 1.05 else 1
     table = Table(
         ["set-up", "total tokens/s (median, min–max)"],
-        title=f"{cores} cores; {reps} interleaved repetitions of {k} training steps per worker (benchmark GPT, batch {s.batch_size})",
+        title=f"{cores} cores; {reps} interleaved repetitions of {k} training steps per worker "
+        f"(benchmark GPT, batch {s.batch_size})",
     )
     table.add(f"1 process × {cores} threads", f"{a:.4g} ({min(single):.4g}–{max(single):.4g})")
     table.add(f"{cores} processes × 1 thread", f"{b:.4g} ({min(side):.4g}–{max(side):.4g})")
@@ -139,7 +140,9 @@ def run(ctx: Context) -> Section:
         f"(paired {min(pairs):.2f}–{max(pairs):.2f}): best `--jobs` for this machine is {jobs}"
         + (" (one thread per job)." if jobs > 1 else " (one process using every core).")
     )
-    section.data = {"single_process": single, "side_by_side": side, "ratio": ratio, "best_jobs": jobs, "cores": cores}
+    section.data = {
+        "single_process": single, "side_by_side": side, "ratio": ratio, "best_jobs": jobs, "cores": cores
+    }
     return section
 
 

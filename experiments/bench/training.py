@@ -11,9 +11,9 @@ from torch import nn
 
 from models import GPT
 
-from .common import POSITIONAL_SCHEMES, Context, lm_train_step, profile_step, token_batch
+from .common import POSITIONAL_SCHEMES, Context, TrainStep, profile_step, token_batch
 from .reference_gpt import ReferenceGPT
-from .report import Section, Table, Target
+from .tables import Section, Table, Target
 from .timing import interleaved, paired_detail, ratio_range, time_call
 
 
@@ -48,7 +48,7 @@ def sdpa_mask_of(model: GPT, T: int) -> str:
     """What the suite's stack passes to SDPA as attn_mask for a length-T forward: `None` means
     SDPA's own causal path (no T×T tensor is built)."""
     x = torch.zeros(1, T, model.cfg.d_model)
-    mask, is_causal = model.stack._self_mask(T, 0, None, x)
+    mask, is_causal = model.stack.self_mask(T, 0, None, x)
     return f"None (is_causal={is_causal})" if mask is None else f"{tuple(mask.shape)} {str(mask.dtype)[6:]}"
 
 
@@ -90,10 +90,10 @@ def run(ctx: Context) -> Section:
     )
 
     candidates = {
-        "suite GPT": lm_train_step(suite, ids, labels),
-        "plain reference GPT": lm_train_step(reference, ids, labels),
-        "transformers GPT-2 (gelu_new)": lm_train_step(hf, ids, labels, hf_forward),
-        "transformers GPT-2 (gelu_pytorch_tanh)": lm_train_step(hf_fused, ids, labels, hf_forward),
+        "suite GPT": TrainStep(suite).on(ids, labels),
+        "plain reference GPT": TrainStep(reference).on(ids, labels),
+        "transformers GPT-2 (gelu_new)": TrainStep(hf, forward=hf_forward).on(ids, labels),
+        "transformers GPT-2 (gelu_pytorch_tanh)": TrainStep(hf_fused, forward=hf_forward).on(ids, labels),
     }
     times = interleaved(candidates, s.reps, s.warmup)
     forwards = {
@@ -104,7 +104,7 @@ def run(ctx: Context) -> Section:
     }
     kernels = {name: attention_kernels(model, ids[:2], fwd) for name, (model, fwd) in forwards.items()}
 
-    n = suite._matmul_parameters()
+    n = suite.matmul_parameters()
     flops_6n = 6.0 * n
     flops_attn = 3.0 * suite.flops_per_token(s.seq_len, include_attention=True)
     table = Table(
@@ -171,7 +171,7 @@ def run(ctx: Context) -> Section:
     for name, cfg in cells.items():
         torch.manual_seed(0)
         models[name] = GPT(cfg)
-    cell_times = interleaved({k: lm_train_step(m, ids, labels) for k, m in models.items()}, s.reps, s.warmup)
+    cell_times = interleaved({k: TrainStep(m).on(ids, labels) for k, m in models.items()}, s.reps, s.warmup)
     base = cell_times["none / layernorm (baseline)"]
     cells_table = Table(
         ["pos / norm", "step time", "tokens/s", "× baseline time (paired min–max)", "mask given to SDPA"],
@@ -201,8 +201,8 @@ def run(ctx: Context) -> Section:
 def _compile(section: Section, suite: GPT, ids, labels, tokens: int, s) -> dict:
     eager_model = copy.deepcopy(suite)
     compiled_model = torch.compile(copy.deepcopy(suite))
-    eager = lm_train_step(eager_model, ids, labels)
-    compiled = lm_train_step(compiled_model, ids, labels)
+    eager = TrainStep(eager_model).on(ids, labels)
+    compiled = TrainStep(compiled_model).on(ids, labels)
     eager()
     eager_step = time_call(eager)
     start = time.perf_counter()

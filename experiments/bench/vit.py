@@ -4,24 +4,10 @@ suite model is built from the timm model by `models.interop.from_reference`, sam
 from __future__ import annotations
 
 import torch
-import torch.nn.functional as F
 
-from .common import Context, make_optimizer
-from .report import Section, Table, Target
+from .common import Context, TrainStep
+from .tables import Section, Table, Target
 from .timing import interleaved, paired_detail, ratio_range
-
-
-def image_train_step(model, images, labels):
-    model.train()
-    optimizer = make_optimizer(model)
-
-    def step():
-        loss = F.cross_entropy(model(images), labels)
-        loss.backward()
-        optimizer.step()
-        optimizer.zero_grad(set_to_none=True)
-
-    return step
 
 
 def run(ctx: Context) -> Section:
@@ -51,8 +37,8 @@ def run(ctx: Context) -> Section:
     fused = getattr(reference.blocks[0].attn, "fused_attn", None)
     times = interleaved(
         {
-            "suite ViT": image_train_step(suite, images, labels),
-            "timm VisionTransformer": image_train_step(reference, images, labels),
+            "suite ViT": TrainStep(suite).on(images, labels),
+            "timm VisionTransformer": TrainStep(reference).on(images, labels),
         },
         s.reps,
         s.warmup,
@@ -60,8 +46,9 @@ def run(ctx: Context) -> Section:
     flops = 3.0 * suite.flops_per_image()
     table = Table(
         ["model", "step time", "images/s (median, min–max)", "MFU (3 × forward FLOPs)"],
-        title=f"img {s.vit_image}, patch {s.vit_patch}, d {s.vit_d_model}, depth {s.vit_depth}, heads {s.vit_heads}, "
-        f"{s.vit_classes} classes, batch {s.vit_batch}; timm {timm.__version__} fused_attn={fused}",
+        title=f"img {s.vit_image}, patch {s.vit_patch}, d {s.vit_d_model}, depth {s.vit_depth}, "
+        f"heads {s.vit_heads}, {s.vit_classes} classes, batch {s.vit_batch}; timm {timm.__version__} "
+        f"fused_attn={fused}",
     )
     for name, t in times.items():
         rate = t.rate(s.vit_batch)

@@ -4,6 +4,7 @@ import pytest
 import torch
 
 from datamodules.algorithmic import BOS, EOS, SEP, TASKS, AlgorithmicDataModule, AlgorithmicTaskName
+from models.config import IGNORE_INDEX
 
 
 def small(task: AlgorithmicTaskName, **kwargs) -> AlgorithmicDataModule:
@@ -23,7 +24,7 @@ def test_labels_only_on_answer_tokens(task: AlgorithmicTaskName) -> None:
     assert torch.all((lengths >= 1) & (lengths <= 10))
     for row_ids, row_labels in zip(ids, labels):
         sep = (row_ids == SEP).nonzero().item()
-        answer = row_labels != -100
+        answer = row_labels != IGNORE_INDEX
         assert row_ids[0] == BOS
         assert answer.nonzero().flatten().tolist() == list(range(sep, sep + int(answer.sum())))  # from <sep> on
         assert row_labels[answer][-1] == EOS

@@ -8,7 +8,14 @@ import torch
 from jsonargparse import ArgumentParser
 
 from datamodules import AlgorithmicDataModule, ImageDataModule, TextDataModule, TranslationDataModule
-from datamodules.sampling import BucketBatchSampler, EpochSampler, GlobalIndexSampler, mix
+from datamodules.sampling import (
+    BucketBatchSampler,
+    EpochSampler,
+    GlobalIndexSampler,
+    RankSlices,
+    RoundRobinBatches,
+    mix,
+)
 
 
 def test_mix_is_stable_and_fits_int64() -> None:
@@ -114,7 +121,9 @@ def test_restored_run_resumes_mid_epoch_for_every_epoch_sampled_datamodule():
         fresh = make()
         batches = list(fresh.train_dataloader())  # epoch 0, 16 batches
         restored = make()
-        restored.trainer = SimpleNamespace(global_step=len(batches) + 3, accumulate_grad_batches=1, current_epoch=1)
+        restored.trainer = SimpleNamespace(
+            global_step=len(batches) + 3, accumulate_grad_batches=1, current_epoch=1, global_rank=0, world_size=1
+        )
         loader = restored.train_dataloader()
         loader.batch_sampler.sampler.set_epoch(1)
         fresh_loader = fresh.train_dataloader()
@@ -123,3 +132,30 @@ def test_restored_run_resumes_mid_epoch_for_every_epoch_sampled_datamodule():
         got = next(iter(loader))
         assert all(torch.equal(expected[k], got[k]) for k in expected if isinstance(expected[k], torch.Tensor))
         assert len(list(loader)) == len(batches)  # the skip happens once; the next epoch is whole
+
+
+@pytest.mark.parametrize("world", [1, 2, 3])
+@pytest.mark.parametrize("n, batch", [(10, 4), (12, 4), (5, 2), (3, 8)])
+def test_round_robin_evaluates_every_example_once(n, batch, world):
+    if n < world:
+        pytest.skip("fewer examples than processes")
+    shards = [list(RoundRobinBatches(n, batch, rank, world)) for rank in range(world)]
+    assert all(shards), "every process gets at least one batch"
+    seen = sorted(i for shard in shards for b in shard for i in b)
+    assert seen == list(range(n))  # no example dropped, none repeated (a DistributedSampler pads)
+    assert [len(list(RoundRobinBatches(n, batch, r, world))) for r in range(world)] == [len(s) for s in shards]
+
+
+def test_round_robin_refuses_fewer_examples_than_processes():
+    with pytest.raises(ValueError, match="cannot be shared by 3 processes"):
+        RoundRobinBatches(2, 4, 0, 3)
+
+
+@pytest.mark.parametrize("world", [2, 3])
+def test_rank_slices_rebuild_the_global_batches(world):
+    """The processes' slices of each step, put together, are the batch one process would train on."""
+    global_batches = [[7, 3, 9, 1, 4, 8], [2, 6, 5, 0, 11, 10], [12, 13, 14, 15]]
+    slices = [list(RankSlices(global_batches, rank, world)) for rank in range(world)]
+    for step, batch in enumerate(global_batches):
+        assert [i for rank in range(world) for i in slices[rank][step]] == batch
+    assert list(RankSlices(global_batches, 0, 1)) == global_batches

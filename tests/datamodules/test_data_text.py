@@ -48,11 +48,11 @@ def test_epochs_draw_fresh_windows_and_replay_after_restart() -> None:
     dm = TextDataModule(seq_len=16, batch_size=2, train_batches_per_epoch=2)
     loader = dm.train_dataloader()
     epoch0 = batches(loader)
-    loader.sampler.set_epoch(1)
+    loader.batch_sampler.sampler.set_epoch(1)  # what Lightning does at the start of epoch 1
     epoch1 = batches(loader)
     assert not torch.equal(epoch0[0]["input_ids"], epoch1[0]["input_ids"])
     restarted = TextDataModule(seq_len=16, batch_size=2, train_batches_per_epoch=2).train_dataloader()
-    restarted.sampler.set_epoch(1)  # what Lightning does when resuming in epoch 1
+    restarted.batch_sampler.sampler.set_epoch(1)  # what Lightning does when resuming in epoch 1
     assert all(torch.equal(x["input_ids"], y["input_ids"]) for x, y in zip(epoch1, batches(restarted)))
 
 

@@ -2,13 +2,16 @@ from typing import get_args
 
 import pytest
 
+from datamodules import algorithmic
 from datamodules.text import TextTokenizerName
 from datamodules.tokenization import (
     SPECIAL_TOKENS,
+    SPECIALS,
     TOKENIZERS,
     BPETokenizer,
     CharTokenizer,
     TokenizerName,
+    VocabularyName,
     WordTokenizer,
     build_tokenizer,
 )
@@ -23,11 +26,24 @@ def test_registry_matches_literals() -> None:
     assert set(get_args(TranslationTokenizerName)) <= set(TOKENIZERS)
 
 
+def test_special_token_table_keeps_every_vocabularys_ids() -> None:
+    """Golden ids: committed runs were trained with them, in two layouts (see SPECIALS)."""
+    assert set(SPECIALS) == set(get_args(VocabularyName))
+    assert SPECIALS["fitted"] == SPECIAL_TOKENS == ("<pad>", "<mask>", "<bos>", "<eos>", "<unk>")
+    assert SPECIALS["algorithmic"] == ("<pad>", "<bos>", "<sep>", "<eos>", "+")
+    a = algorithmic
+    assert (a.PAD, a.BOS, a.SEP, a.EOS, a.PLUS, a.NUM_SPECIALS) == (0, 1, 2, 3, 4, 5)
+    dm = algorithmic.AlgorithmicDataModule(num_symbols=7)
+    assert (dm.pad_token_id, dm.bos_token_id, dm.eos_token_id, dm.vocab_size) == (0, 1, 3, 12)
+
+
 @pytest.mark.parametrize("name", get_args(TokenizerName))
 def test_specials_and_round_trip(name: TokenizerName) -> None:
     tok = build_tokenizer(name, TEXT.splitlines(keepends=True), 300)
     assert (tok.pad_id, tok.mask_id, tok.bos_id, tok.eos_id) == (0, 1, 2, 3)
     assert tok.special_ids == list(range(len(SPECIAL_TOKENS)))
+    names = [tok.hf.id_to_token(i) for i in tok.special_ids] if name == "bpe" else tok.itos[: len(SPECIAL_TOKENS)]
+    assert tuple(names) == SPECIAL_TOKENS  # each special's id is its index in the table
     ids = tok.encode(TEXT)
     assert ids and not set(ids) & set(tok.special_ids)  # ordinary text never yields a special id
     assert max(ids) < tok.vocab_size

@@ -5,6 +5,7 @@ import pytest
 import torch
 
 from datamodules.translation import DATASETS, TranslationDataModule, TranslationDatasetName
+from models.config import IGNORE_INDEX
 
 
 def check_batch(batch: dict, dm: TranslationDataModule) -> None:
@@ -15,7 +16,7 @@ def check_batch(batch: dict, dm: TranslationDataModule) -> None:
     assert torch.all(batch["src_ids"][~mask] == dm.pad_token_id)
     assert torch.all(batch["src_ids"][mask] != dm.pad_token_id)
     assert torch.all(batch["tgt_in"][:, 0] == dm.bos_token_id)
-    real = batch["tgt_out"] != -100
+    real = batch["tgt_out"] != IGNORE_INDEX
     # tgt_in is tgt_out shifted right by one: [bos] + target vs target + [eos]
     assert torch.equal(batch["tgt_in"][:, 1:][real[:, 1:]], batch["tgt_out"][:, :-1][real[:, 1:]])
     lengths = real.sum(1)

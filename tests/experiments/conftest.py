@@ -30,9 +30,10 @@ FIXED: dict[str, Any] = {
 }
 
 
-def write_spec(path: Path, **entries: Any) -> Path:
-    """A spec file with the tiny base and fixed overrides, plus `entries` (grid/cells/seeds/...)."""
-    spec = {"base": BASE, "fixed": dict(FIXED), "checkpoint_every": 2} | entries
+def write_spec(path: Path, more_fixed: dict[str, Any] | None = None, **entries: Any) -> Path:
+    """A spec file with the tiny base and fixed overrides (and `more_fixed`, e.g. trainer.devices),
+    plus `entries` (grid/cells/seeds/launcher/...)."""
+    spec = {"base": BASE, "fixed": FIXED | (more_fixed or {}), "checkpoint_every": 2} | entries
     path.write_text(yaml.safe_dump(spec, sort_keys=False))
     return path
 

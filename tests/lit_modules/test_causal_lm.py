@@ -9,14 +9,15 @@ import pytest
 
 from datamodules.text import TextDataModule
 from lit_modules import CausalLM, DivergenceGuard, RunMetadata
+from lit_modules.cli import describe_data
 from lit_modules.optim import OptimConfig
 from models import ArchConfig
 
-from cli import describe_data
-
 
 def _fit(pos: str, tmp_path, lr: float = 3e-3, callbacks=()):
-    data = TextDataModule(seq_len=16, eval_lengths=[16, 32, 64], val_tokens=1024, batch_size=8, train_batches_per_epoch=50)
+    data = TextDataModule(
+        seq_len=16, eval_lengths=[16, 32, 64], val_tokens=1024, batch_size=8, train_batches_per_epoch=50
+    )
     model = CausalLM(
         ArchConfig(d_model=32, n_layers=1, n_heads=2, max_seq_len=16, pos_encoding=pos),
         OptimConfig(lr=lr, warmup_steps=0),
@@ -51,3 +52,22 @@ def test_divergence_is_recorded(tmp_path):
     info = json.loads((tmp_path / "lightning_logs/version_0/run.json").read_text())
     assert info["status"] == "diverged" and info["diverged_at_step"] <= 6
     assert trainer.global_step <= 6
+
+
+def test_max_seq_len_comes_from_the_data_unless_set():
+    """Unset, max_seq_len is the data's longest sequence (text: the training window; algorithmic: the
+    longest instance); a value in the config wins. The saved hparams keep it unset, so a re-run
+    from them takes it from the data again."""
+    from dataclasses import replace
+
+    from datamodules.algorithmic import AlgorithmicDataModule
+
+    arch = ArchConfig(d_model=32, n_layers=1, n_heads=2, pos_encoding="learned")
+    text = CausalLM(arch, data_info=describe_data(TextDataModule(seq_len=24)))
+    assert text.arch.max_seq_len == text.max_positions == text.model.stack.pos.table.num_embeddings == 24
+    assert text.hparams["arch"].max_seq_len is None
+    reverse = describe_data(AlgorithmicDataModule(task="reverse", train_max_len=10, test_max_len=20))
+    assert CausalLM(arch, data_info=reverse).arch.max_seq_len == 1 + 20 + 1 + 20 + 1  # <bos> x <sep> y <eos>
+    assert CausalLM(replace(arch, max_seq_len=48), data_info=reverse).max_positions == 48
+    rope = CausalLM(replace(arch, pos_encoding="rope"), data_info={"vocab_size": 50, "seq_len": 24})
+    assert rope.arch.max_seq_len == 24 and rope.max_positions is None  # runs at any length

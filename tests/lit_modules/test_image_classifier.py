@@ -10,9 +10,8 @@ import torch.nn.functional as F
 
 from datamodules.images import ImageDataModule
 from lit_modules import ImageClassifier
+from lit_modules.cli import describe_data
 from models import ArchConfig
-
-from cli import describe_data
 
 
 def test_loss_and_accuracy_over_uneven_batches():

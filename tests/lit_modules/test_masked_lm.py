@@ -4,7 +4,10 @@ from lit_modules.masked_lm import MaskingConfig, mask_tokens
 
 
 def _mask(seed: int, ids: torch.Tensor, cfg=MaskingConfig()):
-    return mask_tokens(ids, cfg, mask_id=1, vocab_size=50, special_ids=[0, 1, 2, 3], generator=torch.Generator().manual_seed(seed))
+    return mask_tokens(
+        ids, cfg, mask_id=1, vocab_size=50, special_ids=[0, 1, 2, 3],
+        generators=[torch.Generator().manual_seed(seed * 1000 + i) for i in range(len(ids))],
+    )
 
 
 def test_bert_masking_proportions_and_specials():

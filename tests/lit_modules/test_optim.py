@@ -8,13 +8,18 @@ from models import GPT, ArchConfig, ViT
 
 
 def test_weight_decay_only_on_matrices():
-    model = GPT(ArchConfig(vocab_size=20, d_model=32, n_layers=1, n_heads=2, norm="layernorm"))
+    model = GPT(ArchConfig(vocab_size=20, d_model=32, n_layers=1, n_heads=2, max_seq_len=16, norm="layernorm"))
     decay, no_decay = parameter_groups(model, 0.1)
     decayed = {id(p) for p in decay["params"]}
     named = dict(model.named_parameters())
     assert id(named["stack.blocks.0.attn.qkv.weight"]) in decayed
     assert id(named["stack.blocks.0.ffn.down.weight"]) in decayed
-    for name in ("tok.weight", "stack.pos.table.weight", "stack.blocks.0.attn_norm.weight", "stack.blocks.0.attn.qkv.bias"):
+    for name in (
+        "tok.weight",
+        "stack.pos.table.weight",
+        "stack.blocks.0.attn_norm.weight",
+        "stack.blocks.0.attn.qkv.bias",
+    ):
         assert id(named[name]) not in decayed, name
     assert len(decay["params"]) + len(no_decay["params"]) == len(list(model.parameters()))
 

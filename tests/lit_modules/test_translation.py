@@ -11,19 +11,28 @@ import torch.nn.functional as F
 
 from datamodules.translation import TranslationDataModule
 from lit_modules import Translation
+from lit_modules.cli import describe_data
 from models import ArchConfig
-
-from cli import describe_data
 
 
 def _setup(batch_size: int, **trainer_args):
     data = TranslationDataModule(dataset="scan", split="simple", batch_size=batch_size)
     torch.manual_seed(0)
     model = Translation(
-        ArchConfig(d_model=32, n_layers=1, n_heads=2, max_seq_len=64, pos_encoding="sinusoidal", init_std=0.3, tie_embeddings=False),
+        ArchConfig(
+            d_model=32,
+            n_layers=1,
+            n_heads=2,
+            max_seq_len=64,
+            pos_encoding="sinusoidal",
+            init_std=0.3,
+            tie_embeddings=False,
+        ),
         data_info=describe_data(data),
     )
-    trainer = pl.Trainer(logger=False, enable_progress_bar=False, enable_checkpointing=False, deterministic=True, **trainer_args)
+    trainer = pl.Trainer(
+        logger=False, enable_progress_bar=False, enable_checkpointing=False, deterministic=True, **trainer_args
+    )
     return data, model, trainer
 
 
@@ -54,7 +63,9 @@ def test_sequence_metrics_are_corpus_level_over_uneven_batches():
     with torch.no_grad():
         for batch in data.val_dataloader():
             logits = model.forward_batch(batch)
-            total += F.cross_entropy(logits.flatten(0, 1), batch["tgt_out"].flatten(), ignore_index=-100, reduction="sum").item()
+            total += F.cross_entropy(
+                logits.flatten(0, 1), batch["tgt_out"].flatten(), ignore_index=-100, reduction="sum"
+            ).item()
             tokens += int((batch["tgt_out"] != -100).sum())
     assert metrics["val/loss"] == pytest.approx(total / tokens, rel=1e-5)
 
@@ -65,7 +76,9 @@ def test_decode_stops_at_eos():
     model.eval()
     batch = next(iter(data.val_dataloader()))
     max_len = batch["tgt_out"].shape[1] + model.max_decode_extra
-    rows = model.model.beam_search(batch["src_ids"], batch["src_mask"], model.bos_id, model.eos_id, max_len, beam_size=1)
+    rows = model.model.beam_search(
+        batch["src_ids"], batch["src_mask"], model.bos_id, model.eos_id, max_len, beam_size=1
+    )
     rows = rows.tolist()
     stopped = [row.index(model.eos_id) for row in rows if model.eos_id in row]
     assert stopped and min(stopped) < max_len - 1, "no row emits EOS early: the test would prove nothing"

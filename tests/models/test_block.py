@@ -12,11 +12,12 @@ from models import GPT, ArchConfig, BertMLM, EncoderDecoder, ViT
 from models.block import Block, StackContext
 from models.config import Activation, GeluApproximation, NormName, NormPlacement, PosEncoding
 from models.ffn import FeedForward
-from models.norms import NORMS
+from models.norms import NORMS, build_norm
 from models.positional import POSITIONAL, sinusoidal_table
 
 TINY = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_seq_len=8, init_std=0.1)
 IDS = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(0))
+NORM_CLASSES = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm}  # torch's fused kernels
 
 
 def _gpt(**kw) -> GPT:
@@ -53,9 +54,21 @@ def test_norm_and_placement_are_built(norm, placement):
     norms = _norm_modules(model)
     # per block: attention and FFN norms; plus a final norm under pre placement
     assert len(norms) == 2 * 2 + (placement == "pre")
-    assert all(type(m) is NORMS[norm] for m in norms)
+    assert all(type(m) is NORM_CLASSES[norm] for m in norms)
     assert all(block.pre_norm == (placement == "pre") for block in model.stack.blocks)
     assert isinstance(model.stack.final_norm, nn.Identity) == (placement == "post")
+
+
+@pytest.mark.parametrize("bias", [True, False])
+@pytest.mark.parametrize("norm", get_args(NormName))
+def test_norm_parameters_follow_bias(norm, bias):
+    """LayerNorm has a bias exactly when the config does; RMSNorm never has one."""
+    cfg = ArchConfig(**TINY, norm=norm, bias=bias, norm_eps=1e-3)
+    layer = build_norm(cfg)
+    assert type(layer) is NORM_CLASSES[norm] and set(NORMS) == set(NORM_CLASSES)
+    expected = {"weight", "bias"} if norm == "layernorm" and bias else {"weight"}
+    assert {name for name, _ in layer.named_parameters()} == expected
+    assert layer.eps == 1e-3 and layer.weight.shape == (cfg.d_model,)
 
 
 @pytest.mark.parametrize("norm", get_args(NormName))

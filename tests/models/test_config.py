@@ -76,11 +76,18 @@ def test_rope_with_odd_rotary_dim():
 
 
 @pytest.mark.parametrize(
-    "field, value", [("rope_fraction", 0.0), ("rope_fraction", 1.5), ("dropout", 1.0), ("n_layers", 0)]
+    "field, value",
+    [("rope_fraction", 0.0), ("rope_fraction", 1.5), ("dropout", 1.0), ("n_layers", 0), ("max_seq_len", 0)],
 )
 def test_out_of_range_values(field, value):
     with pytest.raises(ValueError, match=rf"{field}={value}"):
         ArchConfig(**{**TINY, field: value})
+
+
+def test_max_seq_len_is_unset_by_default():
+    """`None`: a task module takes it from the data; a model built directly needs it only for `learned`."""
+    assert ArchConfig().max_seq_len is None
+    assert ArchConfig(max_seq_len=64).max_seq_len == 64
 
 
 def test_config_is_frozen():

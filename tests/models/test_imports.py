@@ -33,3 +33,16 @@ def test_config_module_does_not_need_torch():
         "else:\n    raise SystemExit('no error')"
     )
     assert result.returncode == 0, result.stderr
+
+
+def test_positional_facts_do_not_need_torch():
+    """The per-scheme facts the config reads (embedding scale, ViT forms) live in config.py."""
+    result = _run(
+        "import sys, importlib.util; sys.modules['torch'] = None; "
+        "spec = importlib.util.spec_from_file_location('cfg', 'models/config.py'); "
+        "cfg = importlib.util.module_from_spec(spec); sys.modules['cfg'] = cfg; spec.loader.exec_module(cfg); "
+        "assert cfg.ArchConfig(d_model=64, pos_encoding='sinusoidal').embed_scale == 8.0; "
+        "assert cfg.ArchConfig(d_model=64, pos_encoding='rope').embed_scale == 1.0; "
+        "assert sorted(n for n, f in cfg.POSITIONAL_FACTS.items() if f.vit_form) == ['learned', 'none', 'sinusoidal']"
+    )
+    assert result.returncode == 0, result.stderr

@@ -330,6 +330,19 @@ def test_registry_covers_the_six_references():
     }
 
 
+def test_one_module_per_reference_family():
+    """models/interop/ holds a module per family (besides the shared `common`), each registered
+    under the reference class it converts."""
+    import importlib
+    import pkgutil
+
+    import models.interop as interop
+
+    names = [m.name for m in pkgutil.iter_modules(interop.__path__) if m.name != "common"]
+    families = [importlib.import_module(f"models.interop.{name}") for name in names]
+    assert {family.REFERENCE: family.convert for family in families} == CONVERTERS
+
+
 def test_unsupported_type_raises_type_error_listing_supported():
     with pytest.raises(TypeError, match="Linear.*supported.*GPT2LMHeadModel.*VisionTransformer"):
         from_reference(nn.Linear(4, 4))

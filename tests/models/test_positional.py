@@ -7,7 +7,7 @@ import pytest
 import torch
 
 from models import GPT, ArchConfig
-from models.config import PosEncoding
+from models.config import POSITIONAL_FACTS, PosEncoding
 from models.positional import (
     POSITIONAL,
     AlibiBias,
@@ -39,6 +39,46 @@ def test_scheme_acts_only_where_it_should(pos):
     assert (bias is not None) == (pos in ("alibi", "t5"))
     if bias is not None:
         assert bias.shape == (4, 5, 5)
+
+
+# --- the facts each scheme carries ---------------------------------------------------------------
+
+
+def test_facts_table_matches_literal_and_registry():
+    """One torch-free table of facts (config.py), carried by the registered class of each scheme."""
+    assert set(POSITIONAL_FACTS) == set(get_args(PosEncoding)) == set(POSITIONAL)
+    for name, scheme in POSITIONAL.items():
+        assert scheme.facts is POSITIONAL_FACTS[name], name
+
+
+@pytest.mark.parametrize("pos", get_args(PosEncoding))
+def test_facts_describe_the_built_model(pos):
+    cfg = ArchConfig(**TINY, pos_encoding=pos)
+    model = GPT(cfg)
+    scheme = model.stack.pos
+    assert scheme.facts is cfg.positional
+    assert (model.tok.scale == math.sqrt(32)) == scheme.facts.scales_embeddings
+    # the longest position: a learned table's rows; every other scheme runs at any length
+    assert scheme.max_positions == (16 if pos == "learned" else None)
+    if scheme.max_positions is None:
+        assert model(torch.zeros(1, 4 * 16, dtype=torch.long)).shape == (1, 64, 64)
+
+
+@pytest.mark.parametrize("pos", ["sinusoidal", "rope", "alibi", "t5", "none"])
+def test_unbounded_schemes_need_no_max_seq_len(pos):
+    """For them max_seq_len only sizes a first cached table: unset, the model is the same."""
+    ids = torch.randint(0, 64, (2, 40), generator=torch.Generator().manual_seed(0))
+    logits = []
+    for max_seq_len in (16, None):
+        torch.manual_seed(0)
+        model = GPT(ArchConfig(**{**TINY, "max_seq_len": max_seq_len}, pos_encoding=pos)).eval()
+        logits.append(model(ids))
+    torch.testing.assert_close(logits[0], logits[1], rtol=0, atol=0)
+
+
+def test_learned_positions_need_max_seq_len():
+    with pytest.raises(ValueError, match=r"pos_encoding='learned' needs max_seq_len"):
+        GPT(ArchConfig(**{**TINY, "max_seq_len": None}, pos_encoding="learned"))
 
 
 # --- sinusoidal ----------------------------------------------------------------------------------

@@ -1,11 +1,14 @@
 """ViT: positional schemes it supports, patch order (in)variance, pooling."""
 
+from typing import get_args
+
 import pytest
 import torch
 
 from models import ArchConfig, ViT
+from models.config import POSITIONAL_FACTS, PosEncoding
 from models.positional import LearnedPositions, PositionalScheme, sinusoidal_table
-from models.vit import SinCos2DPositions
+from models.vit import VIT_POSITIONAL, SinCos2DPositions
 
 TINY = dict(d_model=32, n_layers=2, n_heads=4, init_std=0.1)
 IMAGES = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
@@ -48,6 +51,22 @@ def test_positions_break_permutation_invariance(pos, pool):
     model = _vit(pos, pool)
     with torch.no_grad():
         assert not torch.allclose(model(_shuffle_patches(IMAGES, PERM)), model(IMAGES), atol=1e-4)
+
+
+def test_vit_schemes_are_those_with_a_vit_form():
+    assert set(VIT_POSITIONAL) == {name for name, facts in POSITIONAL_FACTS.items() if facts.vit_form}
+    assert set(VIT_POSITIONAL) == {"learned", "sinusoidal", "none"}
+
+
+@pytest.mark.parametrize("pos", get_args(PosEncoding))
+def test_vit_builds_exactly_the_schemes_with_a_vit_form(pos):
+    if not POSITIONAL_FACTS[pos].vit_form:
+        with pytest.raises(ValueError, match=rf"pos_encoding={pos!r} is not supported by ViT"):
+            _vit(pos, "cls")
+        return
+    model = _vit(pos, "cls")  # no max_seq_len: a learned table has one row per token
+    assert model.stack.pos.facts is POSITIONAL_FACTS[pos]
+    assert model.stack.pos.max_positions == (model.num_tokens if pos == "learned" else None)
 
 
 @pytest.mark.parametrize("pos", ["rope", "alibi", "t5"])

@@ -1,0 +1,82 @@
+"""The base every DataModule of the suite subclasses: the fields they share and the loaders built from them."""
+
+from collections.abc import Sequence
+
+import lightning.pytorch as pl
+import torch
+from torch.utils.data import DataLoader, Dataset, Sampler
+
+from datamodules.download import DEFAULT_CACHE_DIR
+from datamodules.sampling import EpochSampler, RankSlices, RoundRobinBatches, resumable_batches
+
+
+class SuiteDataModule(pl.LightningDataModule):
+    """Batch size, seed, workers and data location, shared by every DataModule.
+
+    A subclass lists its own flags and ``batch_size`` (with its own default) and passes the rest on as
+    ``**kwargs``: jsonargparse follows ``super().__init__(**kwargs)`` into this signature, so the fields
+    below are CLI flags of every DataModule, after its own. Each also exposes ``data_checksum``, the
+    SHA-256 of its raw data that ``RunMetadata`` records.
+
+    Args:
+        batch_size: examples per batch.
+        seed: seeds the data's randomness (the DataModule's docstring says what: splits, generation,
+            order) and the loaders' workers.
+        num_workers: DataLoader workers.
+        data_dir: a local copy of the data's files (the DataModule's docstring says which); nothing is
+            downloaded when it is set.
+        cache_dir: where downloads are kept.
+    """
+
+    def __init__(
+        self,
+        batch_size: int,
+        seed: int = 0,
+        num_workers: int = 0,
+        data_dir: str | None = None,
+        cache_dir: str = DEFAULT_CACHE_DIR,
+    ) -> None:
+        super().__init__()
+        # no save_hyperparameters(): LightningCLI saves the config, and Lightning refuses to log
+        # DataModule and LightningModule hparams that share a key (seed, batch_size) with other values
+        self.batch_size, self.seed, self.num_workers = batch_size, seed, num_workers
+        self.data_dir, self.cache_dir = data_dir, cache_dir
+
+    def _loader(self, dataset: Dataset | Sequence, **kwargs) -> DataLoader:
+        """A DataLoader over ``dataset`` (a list is a map-style dataset) with the module's workers;
+        ``kwargs`` choose the batching."""
+        return DataLoader(
+            dataset,  # type: ignore[arg-type]
+            num_workers=self.num_workers,
+            generator=torch.Generator().manual_seed(self.seed),  # seeds the workers (and their augmentations)
+            **kwargs,
+        )
+
+    @property
+    def ranks(self) -> tuple[int, int]:
+        """(this process's global rank, processes in the run); (0, 1) before a trainer is attached."""
+        trainer = self.trainer
+        return (trainer.global_rank, trainer.world_size) if trainer is not None else (0, 1)
+
+    @property
+    def global_batch_size(self) -> int:
+        """Examples per optimizer step over all processes: `batch_size` is per process, as in Lightning."""
+        return self.batch_size * self.ranks[1]
+
+    def _train_loader(self, dataset: Dataset | Sequence, global_batches: Sampler[list[int]], **kwargs) -> DataLoader:
+        """Training batches: this process's slice of each global batch (the same global batches on 1 or N
+        processes)."""
+        return self._loader(dataset, batch_sampler=RankSlices(global_batches, *self.ranks), **kwargs)
+
+    def _eval_loader(self, dataset: Dataset | Sequence, **kwargs) -> DataLoader:
+        """Evaluation batches of ``batch_size`` in order, shared out so every example is evaluated once."""
+        batches = RoundRobinBatches(len(dataset), self.batch_size, *self.ranks)  # type: ignore[arg-type]
+        return self._loader(dataset, batch_sampler=batches, **kwargs)
+
+    def _epoch_loader(self, dataset: Dataset | Sequence, shuffle: bool, **kwargs) -> DataLoader:
+        """Training (``shuffle``): global batches shuffled by (seed, epoch), resuming mid-epoch after a
+        restore; evaluation: in order, from the first batch."""
+        if not shuffle:
+            return self._eval_loader(dataset, **kwargs)
+        sampler = EpochSampler(len(dataset), self.seed, shuffle)  # type: ignore[arg-type]
+        return self._train_loader(dataset, resumable_batches(sampler, self.global_batch_size, self.trainer), **kwargs)

@@ -1,0 +1,112 @@
+"""A sweep's comparison: each cell's runs, outcome counts and statistics per metric, in report order."""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from experiments.analysis.stats import Comparison, Summary, paired_difference, summarize
+from experiments.sweep.ledger import Ledger, metric_sort_key
+from lit_modules.metrics import higher_is_better
+
+PARAMS_TOLERANCE = 0.05  # warn when cells' parameter counts differ by more than this fraction
+
+
+def _float(text: str | None) -> float:
+    try:
+        return float(text) if text not in (None, "") else math.nan
+    except ValueError:
+        return math.nan
+
+
+@dataclass
+class CellResult:
+    """One cell's runs and statistics.
+
+    Args:
+        name: the cell.
+        rows: its ledger rows.
+        summaries: metric -> summary over its done runs.
+        comparisons: metric -> paired difference from the baseline (absent for the baseline itself).
+    """
+
+    name: str
+    rows: list[dict[str, str]]
+    summaries: dict[str, Summary] = field(default_factory=dict)
+    comparisons: dict[str, Comparison] = field(default_factory=dict)
+
+    def count(self, status: str) -> int:
+        return sum(row["status"] == status for row in self.rows)
+
+    def values(self, metric: str) -> dict[int, float]:
+        """seed -> value of the done runs with a finite value."""
+        out = {int(r["seed"]): _float(r.get(metric)) for r in self.rows if r["status"] == "done"}
+        return {seed: v for seed, v in out.items() if math.isfinite(v)}
+
+    def stat(self, column: str) -> float:
+        """A model statistic (params, FLOPs): the same for every run of a cell; taken from any run."""
+        found = [_float(r.get(column)) for r in self.rows]
+        return next((v for v in found if math.isfinite(v)), math.nan)
+
+    def runs_text(self) -> str:
+        text = f"{self.count('done')}/{len(self.rows)}"
+        extra = [f"{self.count(s)} {s}" for s in ("diverged", "failed") if self.count(s)]
+        return ", ".join([text, *extra])
+
+
+@dataclass
+class Analysis:
+    """The whole comparison: cells in report order, metrics, the baseline and the main metric."""
+
+    cells: list[CellResult]
+    metrics: list[str]
+    main: str | None
+    baseline: str | None
+    axes: list[str]
+    warnings: list[str]
+
+    def best(self, metric: str) -> str | None:
+        scored = [c for c in self.cells if c.summaries[metric].n]
+        if not scored:
+            return None
+        sign = -1 if higher_is_better(metric) else 1
+        return min(scored, key=lambda c: sign * c.summaries[metric].mean).name
+
+
+def analyse(ledger: Ledger, info: dict[str, Any]) -> Analysis:
+    """Computes every cell's statistics from the ledger.
+
+    Args:
+        ledger: the runs.
+        info: `sweep.json` (cell order, baseline, axes); {} for a bare ledger.
+    """
+    order = [c["name"] for c in info.get("cells", [])]
+    order += [cell for cell in dict.fromkeys(cell for cell, _ in ledger.rows) if cell not in order]
+    cells = [CellResult(name, [r for (c, _), r in ledger.rows.items() if c == name]) for name in order]
+    cells = [c for c in cells if c.rows]
+    columns = {key for row in ledger.rows.values() for key in row}
+    metrics = sorted((k for k in columns if k.startswith("val/")), key=metric_sort_key)
+    main = "val/loss" if "val/loss" in metrics else (metrics[0] if metrics else None)
+    baseline = info.get("baseline") if info.get("baseline") in {c.name for c in cells} else None
+    base_cell = next((c for c in cells if c.name == baseline), None)
+    for cell in cells:
+        for metric in metrics:
+            cell.summaries[metric] = summarize(list(cell.values(metric).values()))
+            if base_cell is not None and cell is not base_cell:
+                cell.comparisons[metric] = paired_difference(cell.values(metric), base_cell.values(metric))
+    if main:
+        sign = -1 if higher_is_better(main) else 1
+        # cells without a value (all diverged or failed) go last, in spec order
+        cells.sort(
+            key=lambda c: (c.summaries[main].n == 0, sign * c.summaries[main].mean if c.summaries[main].n else 0)
+        )
+    warnings = []
+    params = {c.name: c.stat("params") for c in cells if math.isfinite(c.stat("params"))}
+    if params and max(params.values()) > (1 + PARAMS_TOLERANCE) * min(params.values()):
+        low, high = min(params, key=params.get), max(params, key=params.get)
+        warnings.append(
+            f"parameter counts differ by {max(params.values()) / min(params.values()) - 1:.1%} between cells "
+            f"({low}: {params[low]:,.0f}, {high}: {params[high]:,.0f}); part of a difference may be capacity"
+        )
+    return Analysis(cells, metrics, main, baseline, list(info.get("axes", [])), warnings)

@@ -1,0 +1,126 @@
+"""The command line of every run of a sweep: an ordinary `cli.py fit`, logging into its own folder.
+
+DIR/<cell>/seed<k>/          TensorBoard events, config.yaml, run.json, run.log
+DIR/<cell>/seed<k>/checkpoints/last.ckpt   resumption point, every `checkpoint_every` steps
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shlex
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from experiments.sweep.spec import ROOT, Spec
+
+if TYPE_CHECKING:  # validate imports Lightning: a scheduler job that only runs a Run must start fast
+    from experiments.sweep.validate import CheckedCell
+
+THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # torch sets its intra-op threads from these
+
+
+def available_cores() -> int:
+    """Cores this process may use (respects taskset / cgroup CPU sets, unlike `os.cpu_count`)."""
+    return len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count() or 1
+
+
+@dataclass(frozen=True)
+class Run:
+    """One (cell, seed) of a sweep.
+
+    Args:
+        cell: the cell's name.
+        seed: the run's seed.
+        dir: `DIR/<cell>/seed<k>`, where Lightning logs, saves `config.yaml` and checkpoints.
+        args: the arguments after `cli.py fit`, except `--ckpt_path`.
+        threads: torch threads of each of its processes (`OMP_NUM_THREADS`).
+    """
+
+    cell: str
+    seed: int
+    dir: Path
+    args: tuple[str, ...]
+    threads: int
+
+    @property
+    def name(self) -> str:
+        return f"{self.cell}/seed{self.seed}"
+
+    @property
+    def checkpoint(self) -> Path:
+        return self.dir / "checkpoints" / "last.ckpt"
+
+    def argv(self, resume: bool = False) -> list[str]:
+        resume_args = [f"--ckpt_path={self.checkpoint}"] if resume else []
+        return [sys.executable, "cli.py", "fit", *self.args, *resume_args]
+
+    def env(self) -> dict[str, str]:
+        return {var: str(self.threads) for var in THREAD_VARS}
+
+    def shell(self, resume: bool = False) -> str:
+        """The same run as one shell line (what `--dry-run` prints, e.g. for a SLURM array)."""
+        env = " ".join(f"{k}={v}" for k, v in self.env().items())
+        return f"cd {shlex.quote(str(ROOT))} && {env} {shlex.join(self.argv(resume))}"
+
+    def to_json(self) -> str:
+        """The run as one JSON argument (what a scheduler job gets: `python -m experiments.sweep.task JSON`)."""
+        return json.dumps({"cell": self.cell, "seed": self.seed, "dir": str(self.dir), "args": self.args,
+                           "threads": self.threads})
+
+    @classmethod
+    def from_json(cls, text: str) -> Run:
+        data = json.loads(text)
+        return cls(data["cell"], data["seed"], Path(data["dir"]), tuple(data["args"]), data["threads"])
+
+
+def run_args(spec: Spec, checked: CheckedCell, seed: int, run_dir: Path) -> list[str]:
+    """A cell's arguments plus what makes the run a sweep member: its seed, log folder, checkpoints.
+
+    Args:
+        spec: the sweep.
+        checked: the cell, as validated.
+        seed: the run's seed; also given to the data's and model's own `seed` where they have one.
+        run_dir: `DIR/<cell>/seed<k>`.
+    """
+    from experiments.sweep.validate import cell_args
+
+    checkpoints = {
+        "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+        "init_args": {
+            "dirpath": str(run_dir / "checkpoints"),
+            "every_n_train_steps": spec.checkpoint_every,
+            "save_last": True,
+            "save_top_k": 0,  # only last.ckpt: resuming needs nothing else
+        },
+    }
+    return [
+        *cell_args(spec, checked.cell),
+        f"--seed_everything={seed}",
+        *(f"--{key}={seed}" for key in checked.seed_keys),
+        # Lightning logs to save_dir/name/version; an empty version makes that exactly DIR/<cell>/seed<k>
+        f"--trainer.logger.init_args.save_dir={run_dir.parent}",
+        f"--trainer.logger.init_args.name={run_dir.name}",
+        "--trainer.logger.init_args.version=",
+        "--trainer.callbacks+=" + json.dumps(checkpoints, separators=(",", ":")),
+    ]
+
+
+def make_runs(spec: Spec, checked: dict[str, CheckedCell], out_dir: Path, threads: dict[str, int]) -> list[Run]:
+    """Every (cell, seed), seed by seed, so a sweep cut short still compares all cells.
+
+    Args:
+        spec: the sweep.
+        checked: the validated cells by name.
+        out_dir: the sweep's folder (absolute).
+        threads: torch threads of each process of a cell's runs, by cell name (see `experiments.sweep.resources`).
+    """
+    runs = []
+    for seed in spec.seeds:
+        for cell in spec.cells:
+            run_dir = out_dir / cell.name / f"seed{seed}"
+            args = tuple(run_args(spec, checked[cell.name], seed, run_dir))
+            runs.append(Run(cell.name, seed, run_dir, args, threads[cell.name]))
+    return runs

@@ -1,0 +1,157 @@
+"""`DIR/results.csv`: one row per run, rewritten atomically after every run.
+
+Rows are keyed by (cell, seed), so a resumed or retried run replaces its row instead of adding
+one; the file is written to a temporary name and moved into place, so killing the sweep at any
+moment leaves a complete file (the previous or the new one). Several sweeps may share a folder
+(see `experiments.sweep.claims`): each adds its row to what is on disk at that moment, under a lock
+(`DIR/.results.csv.lock`, `flock`), so no sweep's rows are lost to another's rewrite.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import fcntl
+import io
+import json
+import math
+from collections.abc import Iterable, Iterator
+from pathlib import Path
+from typing import Any
+
+from experiments.sweep.spec import format_value
+
+LEDGER_NAME = "results.csv"
+FINISHED = ("done", "diverged")  # a run in either state is never run again
+HEAD = ("cell", "seed", "status")
+STATS = ("steps", "diverged_at_step", "wall_time_s", "params", "params_non_embedding", "flops_per_token")
+TAIL = ("error",)
+RUN_STATS = ("params", "params_non_embedding", "flops_per_token")  # copied from run.json
+
+
+def read_run_json(run_dir: Path) -> dict[str, Any]:
+    """The run's `run.json` (written by `RunMetadata`), or {} if it is missing or half-written."""
+    try:
+        return json.loads((run_dir / "run.json").read_text())
+    except (OSError, ValueError):
+        return {}
+
+
+def metric_sort_key(name: str) -> tuple:
+    """train/* first, then val/*; `val/loss@64` before `val/loss@128`."""
+    base, _, length = name.partition("@")
+    return (not name.startswith("train/"), base, int(length) if length.isdigit() else -1, name)
+
+
+def is_metric_column(name: str) -> bool:
+    return name.startswith(("val/", "train/"))
+
+
+def _number(value: float | None) -> str:
+    if value is None:
+        return ""
+    if isinstance(value, float):
+        return repr(value) if math.isfinite(value) else str(value)  # repr: every digit survives
+    return str(value)
+
+
+def collect_row(
+    run_dir: Path, cell: str, seed: int, status: str, error: str, axis_values: dict[str, Any]
+) -> dict[str, str]:
+    """A ledger row from what the run left in its folder: `run.json` and the event files.
+
+    Metrics: the last finite value of every `val/*` scalar and the last `train/loss`.
+
+    Args:
+        run_dir: `DIR/<cell>/seed<k>`.
+        cell: the cell's name.
+        seed: the run's seed.
+        status: done, diverged or failed.
+        error: last line of a failed run's error ('' otherwise).
+        axis_values: the cell's value of every axis key.
+    """
+    from experiments.analysis.events import read_scalars  # TensorBoard: only where rows are made, not in jobs
+
+    info = read_run_json(run_dir)
+    scalars = read_scalars(run_dir)
+    last_step = max((max(points) for points in scalars.curves.values() if points), default=None)
+    row = {"cell": cell, "seed": str(seed), "status": status}
+    row |= {key: format_value(value) for key, value in axis_values.items()}
+    row |= {
+        "steps": _number(info.get("steps", last_step)),
+        "diverged_at_step": _number(info.get("diverged_at_step")),
+        "wall_time_s": _number(round(scalars.wall_time_s, 3)),
+    }
+    row |= {key: _number(info.get(key)) for key in RUN_STATS}
+    for tag in scalars.curves:
+        if tag.startswith("val/"):
+            row[tag] = _number(scalars.last(tag, finite=True))
+    if "train/loss" in scalars.curves:
+        row["train/loss"] = _number(scalars.last("train/loss"))
+    row["error"] = error
+    return row
+
+
+class Ledger:
+    """The rows of `DIR/results.csv` by (cell, seed).
+
+    Args:
+        path: the CSV file; read if it exists.
+        axes: the sweep's axis keys (columns after `status`).
+    """
+
+    def __init__(self, path: Path, axes: Iterable[str] = ()):
+        self.path, self.axes = path, tuple(axes)
+        self.rows: dict[tuple[str, int], dict[str, str]] = {}
+        self.reload()
+
+    def reload(self) -> None:
+        """Reads the file again (other sweeps sharing the folder may have added rows)."""
+        self.rows = {}
+        if self.path.exists():
+            with self.path.open(newline="") as f:
+                for row in csv.DictReader(f):
+                    self.rows[(row["cell"], int(row["seed"]))] = row
+
+    def get(self, cell: str, seed: int) -> dict[str, str] | None:
+        return self.rows.get((cell, seed))
+
+    @contextlib.contextmanager
+    def _locked(self) -> Iterator[None]:
+        """One writer at a time among the sweeps sharing the folder (on NFS, Linux maps `flock` to a
+        byte-range lock of the server)."""
+        self.path.parent.mkdir(parents=True, exist_ok=True)
+        with self.path.with_name(f".{self.path.name}.lock").open("a") as lock:
+            fcntl.flock(lock, fcntl.LOCK_EX)
+            try:
+                yield
+            finally:
+                fcntl.flock(lock, fcntl.LOCK_UN)
+
+    def put(self, row: dict[str, str]) -> None:
+        """Adds or replaces the run's row and rewrites the file, keeping the rows other sweeps added."""
+        with self._locked():
+            self.reload()
+            self.rows[(row["cell"], int(row["seed"]))] = row
+            self._write()
+
+    def columns(self) -> list[str]:
+        present = {key for row in self.rows.values() for key in row}
+        fixed = {*HEAD, *self.axes, *STATS, *TAIL}
+        metrics = sorted((k for k in present if is_metric_column(k) and k not in fixed), key=metric_sort_key)
+        extra = sorted(k for k in present if k not in fixed and k not in metrics)  # axes of an older spec
+        return [*HEAD, *self.axes, *extra, *STATS, *metrics, *TAIL]
+
+    def write(self) -> None:
+        """Rewrites the file with exactly these rows (`--rerun` removes rows this way)."""
+        with self._locked():
+            self._write()
+
+    def _write(self) -> None:
+        text = io.StringIO(newline="")
+        writer = csv.DictWriter(text, fieldnames=self.columns(), restval="")
+        writer.writeheader()
+        writer.writerows(self.rows.values())
+        from lit_modules.files import write_atomic  # lit_modules imports Lightning: not at import time (jobs)
+
+        write_atomic(self.path, text.getvalue())  # a killed sweep leaves the old or the new file, whole

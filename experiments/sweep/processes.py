@@ -1,0 +1,137 @@
+"""Run processes of a sweep: output teed to a log (and the terminal), and stopped together when the
+sweep is interrupted."""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import pty
+import signal
+import subprocess
+import sys
+import termios
+import threading
+from collections.abc import Iterator
+from types import FrameType
+from typing import BinaryIO
+
+from experiments.sweep.spec import ROOT
+
+TAIL_BYTES = 64 * 1024  # enough output to find the error line of a traceback
+
+
+class Processes:
+    """The runs in progress, so an interrupted sweep can stop them."""
+
+    def __init__(self) -> None:
+        self._procs: set[subprocess.Popen] = set()
+        self._lock = threading.Lock()
+        self.stopping = False
+
+    def add(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._procs.add(proc)
+        if self.stopping:  # started while the sweep was being interrupted
+            proc.terminate()
+
+    def remove(self, proc: subprocess.Popen) -> None:
+        with self._lock:
+            self._procs.discard(proc)
+
+    def stop(self) -> None:
+        self.stopping = True
+        with self._lock:
+            procs = list(self._procs)
+        for proc in procs:
+            if proc.poll() is None:
+                proc.terminate()
+        for proc in procs:
+            try:
+                proc.wait(timeout=30)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+
+
+def _copy_window_size(target: int) -> None:
+    try:
+        size = fcntl.ioctl(sys.stdout.fileno(), termios.TIOCGWINSZ, b"\0" * 8)
+        fcntl.ioctl(target, termios.TIOCSWINSZ, size)
+    except OSError:
+        pass
+
+
+def _echo(chunk: bytes) -> None:
+    out = getattr(sys.stdout, "buffer", None)  # a replaced stdout (tests, notebooks) may be text-only
+    if out is not None:
+        out.write(chunk)
+        out.flush()
+    else:
+        sys.stdout.write(chunk.decode(errors="replace"))
+        sys.stdout.flush()
+
+
+def tee(argv: list[str], env: dict[str, str], log: BinaryIO, echo: bool, procs: Processes) -> tuple[int, str]:
+    """Runs `argv` in the repository root, copying its output to `log` and, with `echo`, to our stdout.
+
+    On a terminal the run gets a pseudo-terminal, so Lightning draws its usual live progress bar.
+
+    Returns:
+        The exit status and the last `TAIL_BYTES` of the output.
+    """
+    terminal = echo and sys.stdout.isatty()
+    if terminal:
+        source, sink = pty.openpty()
+        _copy_window_size(sink)
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
+        os.close(sink)
+    else:
+        proc = subprocess.Popen(
+            argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
+        )
+        source = proc.stdout.fileno()
+    procs.add(proc)
+    tail = bytearray()
+    try:
+        while True:
+            try:
+                chunk = os.read(source, 65536)
+            except OSError:  # EIO: the child closed its side of the pseudo-terminal
+                break
+            if not chunk:
+                break
+            log.write(chunk)
+            if echo:
+                _echo(chunk)
+            tail += chunk
+            del tail[:-TAIL_BYTES]
+        return proc.wait(), tail.decode(errors="replace")
+    finally:
+        if terminal:
+            os.close(source)
+        else:
+            proc.stdout.close()
+        procs.remove(proc)
+
+
+@contextlib.contextmanager
+def terminate_as_interrupt(*signals: signal.Signals) -> Iterator[None]:
+    """These signals (default SIGTERM: `kill`, a scheduler's preemption) raise KeyboardInterrupt like
+    Ctrl-C, so the runs in progress are stopped (and their claims released) instead of left running.
+
+    Args:
+        signals: the signals; SIGTERM if none.
+    """
+
+    def interrupt(signum: int, frame: FrameType | None) -> None:
+        raise KeyboardInterrupt
+
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+    previous = {sig: signal.signal(sig, interrupt) for sig in signals or (signal.SIGTERM,)}
+    try:
+        yield
+    finally:
+        for sig, handler in previous.items():
+            signal.signal(sig, handler)

@@ -1,0 +1,321 @@
+"""Sweep specs: which config files every run starts from, what is fixed, and the cells to compare.
+
+A spec is YAML (a study's specs live in `experiments/studies/<study>/`)::
+
+    extends: other.yaml                                    # optional: start from another spec (path from this one)
+    base: [configs/gpt/base.yaml, configs/gpt/tiny.yaml]   # given to `cli.py fit -c`, in order
+    fixed: {trainer.max_steps: 300}                        # overrides of every run (optional)
+    grid:                                                  # cells = the product of the axes' values
+      model.arch.pos_encoding: [none, learned, rope, alibi]
+    # or  cells: [{name: small, model.arch.d_model: 64}, {model.arch.d_model: 128}]
+    seeds: [0, 1, 2]
+    baseline: {model.arch.pos_encoding: learned}           # or a cell name; default: the first cell
+    checkpoint_every: 100                                  # steps between resumable checkpoints
+    launcher: {partition: gpu, timeout_min: 240}           # resources of `--launcher slurm` jobs (optional)
+
+This module only reads and expands the file (no torch); `experiments.sweep.validate` checks the values
+against the suite's own parser.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import yaml
+
+ROOT = Path(__file__).resolve().parents[2]  # runs start here: spec paths are relative to it
+
+SPEC_KEYS = ("extends", "base", "fixed", "grid", "cells", "seeds", "baseline", "checkpoint_every", "launcher")
+# the `launcher:` block: resources of each job of `--launcher slurm` (and `local`: timeout_min, gpus_per_node);
+# nodes and tasks per node come from each run's trainer.num_nodes and trainer.devices
+LAUNCHER_KEYS: dict[str, tuple[type, ...]] = {
+    "partition": (str,),
+    "nodes": (int,),
+    "tasks_per_node": (int,),
+    "gpus_per_node": (int,),
+    "cpus_per_task": (int,),
+    "timeout_min": (int,),
+    "mem_gb": (int, float),
+    "slurm_array_parallelism": (int,),
+    "slurm_additional_parameters": (dict,),  # any sbatch option: {account: me, qos: high, constraint: a100}
+    "slurm_setup": (list,),  # shell lines run before the job's tasks: module load ..., source .venv/bin/activate
+}
+# set by the runner for every run; a spec that set them would be silently overridden
+RESERVED_KEYS = ("seed_everything", "ckpt_path", "trainer.logger", "trainer.callbacks")
+SUMMARY_DIR = "_summary"  # the sweep's own TensorBoard run, beside the cells' folders
+DEFAULT_CHECKPOINT_EVERY = 100
+
+
+class SpecError(ValueError):
+    """A spec that cannot run; raised before any run starts."""
+
+
+@dataclass(frozen=True)
+class Cell:
+    """One point of the comparison: a name and the CLI overrides that make it differ.
+
+    Args:
+        name: short, filesystem-safe, unique within the sweep (the folder of its runs).
+        overrides: dotted CLI key -> value, on top of the spec's `fixed`.
+    """
+
+    name: str
+    overrides: dict[str, Any]
+
+
+@dataclass(frozen=True)
+class Spec:
+    """A parsed sweep spec.
+
+    Args:
+        path: the spec file.
+        base: config files, in order.
+        fixed: overrides applied to every run.
+        axes: the keys the cells differ in (grid axes, or every key the explicit cells set).
+        cells: the cells, in spec order.
+        seeds: seeds every cell runs with.
+        baseline: name of the cell the others are compared with.
+        checkpoint_every: training steps between checkpoints (resumption granularity).
+        launcher: the `launcher:` block (scheduler resources), validated; {} when absent.
+    """
+
+    path: Path
+    base: tuple[str, ...]
+    fixed: dict[str, Any]
+    axes: tuple[str, ...]
+    cells: tuple[Cell, ...]
+    seeds: tuple[int, ...]
+    baseline: str
+    checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY
+    launcher: dict[str, Any] = field(default_factory=dict)
+    cell_by_name: dict[str, Cell] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "cell_by_name", {c.name: c for c in self.cells})
+
+    def snapshot(self) -> dict[str, Any]:
+        """What `sweep.json` keeps: enough for the report and to refuse mixing two sweeps in one folder."""
+        return {
+            "spec": str(self.path),
+            "base": list(self.base),
+            "fixed": self.fixed,
+            "axes": list(self.axes),
+            "cells": [{"name": c.name, "overrides": c.overrides} for c in self.cells],
+            "seeds": list(self.seeds),
+            "baseline": self.baseline,
+            "checkpoint_every": self.checkpoint_every,
+        } | ({"launcher": self.launcher} if self.launcher else {})  # only when set: older sweeps' files match
+
+
+def format_value(value: Any) -> str:
+    """A value as the CLI (and the ledger) spells it: YAML/JSON for lists, maps, booleans and null."""
+    if isinstance(value, str):
+        return value
+    if isinstance(value, bool) or value is None or isinstance(value, (list, tuple, dict)):
+        return json.dumps(value)
+    return str(value)
+
+
+def _safe(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9._+=,-]+", "-", text) or "-"
+
+
+def _labels(keys: list[str]) -> dict[str, str]:
+    """Shortest dotted suffix of each key that no other key ends with: `pos_encoding`, `optim.lr`."""
+    labels = {}
+    for key in keys:
+        parts = key.split(".")
+        for n in range(1, len(parts) + 1):
+            label = ".".join(parts[-n:])
+            if not any(other != key and (other == label or other.endswith("." + label)) for other in keys):
+                break
+        labels[key] = label
+    return labels
+
+
+def cell_name(overrides: Mapping[str, Any], labels: Mapping[str, str]) -> str:
+    """`pos_encoding=alibi,norm=rmsnorm`: readable, and safe as a folder name."""
+    parts = []
+    for key, value in overrides.items():
+        shown = "-".join(format_value(v) for v in value) if isinstance(value, (list, tuple)) else format_value(value)
+        parts.append(f"{labels[key]}={_safe(shown)}")
+    return ",".join(parts) or "base"
+
+
+def _mapping(value: Any, what: str) -> dict[str, Any]:
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+        raise SpecError(f"{what} must be a mapping of dotted CLI keys to values, got {value!r}")
+    for key in value:
+        if any(key == r or key.startswith(r + ".") for r in RESERVED_KEYS):
+            raise SpecError(
+                f"{what}: {key!r} is set by the sweep runner for every run; reserved: {list(RESERVED_KEYS)}"
+            )
+    return dict(value)
+
+
+def _expand(raw: Mapping[str, Any]) -> tuple[tuple[str, ...], list[Cell]]:
+    if ("grid" in raw) == ("cells" in raw):
+        raise SpecError("a spec needs exactly one of `grid:` (axes -> values) or `cells:` (a list of overrides)")
+    if "grid" in raw:
+        grid = _mapping(raw["grid"], "grid")
+        if not grid:
+            raise SpecError("grid: needs at least one axis")
+        for key, values in grid.items():
+            if not isinstance(values, list) or not values:
+                raise SpecError(f"grid: axis {key!r} needs a non-empty list of values, got {values!r}")
+        axes = tuple(grid)
+        labels = _labels(list(axes))
+        combos = [dict(zip(axes, values)) for values in itertools.product(*grid.values())]
+        return axes, [Cell(cell_name(o, labels), o) for o in combos]
+    entries = raw["cells"]
+    if not isinstance(entries, list) or not entries:
+        raise SpecError(f"cells: needs a non-empty list of override mappings, got {entries!r}")
+    overrides = []
+    for i, entry in enumerate(entries):
+        entry = _mapping(entry, f"cells[{i}]")
+        name = entry.pop("name", None)
+        if name is not None and (not isinstance(name, str) or _safe(name) != name or name[0] in "_-"):
+            raise SpecError(
+                f"cells[{i}]: name {name!r} must be filesystem-safe ([A-Za-z0-9._+=,-]) and not start with '_' or '-'"
+            )
+        overrides.append((name, entry))
+    axes = tuple(dict.fromkeys(k for _, o in overrides for k in o))
+    labels = _labels(list(axes))
+    return axes, [Cell(name or cell_name(o, labels), o) for name, o in overrides]
+
+
+def _launcher(value: Any) -> dict[str, Any]:
+    """The `launcher:` block, checked key by key; other `slurm_*` keys pass to submitit, which checks them."""
+    if value is None:
+        return {}
+    if not isinstance(value, Mapping):
+        raise SpecError(f"launcher: needs a mapping of job resources, got {value!r}")
+    for key, item in value.items():
+        if key not in LAUNCHER_KEYS:
+            if isinstance(key, str) and key.startswith("slurm_"):
+                continue
+            raise SpecError(f"launcher: unknown key {key!r}; valid keys: {list(LAUNCHER_KEYS)} and other slurm_* keys")
+        kinds = LAUNCHER_KEYS[key]
+        if not isinstance(item, kinds) or isinstance(item, bool):
+            raise SpecError(f"launcher.{key}: needs {' or '.join(k.__name__ for k in kinds)}, got {item!r}")
+        if isinstance(item, (int, float)) and item <= 0:
+            raise SpecError(f"launcher.{key}: needs a positive number, got {item!r}")
+    if not all(isinstance(k, str) for k in value.get("slurm_additional_parameters", {})):
+        raise SpecError("launcher.slurm_additional_parameters: keys must be sbatch option names")
+    if not all(isinstance(line, str) for line in value.get("slurm_setup", [])):
+        raise SpecError("launcher.slurm_setup: needs a list of shell lines")
+    return dict(value)
+
+
+def _baseline(value: Any, cells: list[Cell]) -> str:
+    if value is None:
+        return cells[0].name
+    if isinstance(value, str):
+        if value not in {c.name for c in cells}:
+            raise SpecError(f"baseline: no cell named {value!r}; cells: {[c.name for c in cells]}")
+        return value
+    wanted = _mapping(value, "baseline")
+    matches = [
+        c.name
+        for c in cells
+        if all(k in c.overrides and format_value(c.overrides[k]) == format_value(v) for k, v in wanted.items())
+    ]
+    if len(matches) != 1:
+        found = "no cell" if not matches else f"several cells ({matches})"
+        raise SpecError(f"baseline: {wanted} matches {found}; cells: {[c.name for c in cells]}")
+    return matches[0]
+
+
+def read_spec(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
+    """The spec's mapping with `extends:` applied: a variant is a small diff of the spec it extends.
+
+    The extended spec's keys are the defaults; `fixed` and `launcher` are merged key by key (the
+    variant's values win), `grid`/`cells` of the variant replace the extended ones, every other key replaces.
+
+    Args:
+        path: the YAML file.
+    """
+    path = Path(path)
+    if path.resolve() in _seen:
+        raise SpecError(f"extends: cycle through {path}")
+    try:
+        raw = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as err:
+        raise SpecError(f"cannot read spec {path}: {err}") from err
+    if not isinstance(raw, Mapping):
+        raise SpecError(f"{path}: a spec is a YAML mapping with keys {list(SPEC_KEYS)}")
+    unknown = [k for k in raw if k not in SPEC_KEYS]
+    if unknown:
+        raise SpecError(f"{path}: unknown top-level key(s) {unknown}; valid keys: {list(SPEC_KEYS)}")
+    raw = dict(raw)
+    parent_name = raw.pop("extends", None)
+    if parent_name is None:
+        return raw
+    if not isinstance(parent_name, str):
+        raise SpecError(f"{path}: extends: needs the path of another spec, got {parent_name!r}")
+    parent = read_spec(path.parent / parent_name, (*_seen, path.resolve()))
+    if "grid" in raw or "cells" in raw:
+        parent.pop("grid", None)
+        parent.pop("cells", None)
+    fixed = _mapping(parent.get("fixed"), "fixed") | _mapping(raw.pop("fixed", None), "fixed")
+    launcher = _launcher(parent.get("launcher")) | _launcher(raw.pop("launcher", None))
+    return parent | raw | ({"fixed": fixed} if fixed else {}) | ({"launcher": launcher} if launcher else {})
+
+
+def load_spec(path: str | Path) -> Spec:
+    """Reads and expands a spec; every structural problem raises `SpecError` naming the key.
+
+    Args:
+        path: the YAML file.
+    """
+    path = Path(path)
+    raw = read_spec(path)
+
+    base = raw.get("base")
+    base = [base] if isinstance(base, str) else base
+    if not isinstance(base, list) or not base or not all(isinstance(b, str) for b in base):
+        raise SpecError(f"base: needs a config file or a list of them, got {raw.get('base')!r}")
+    missing = [b for b in base if not (ROOT / b).is_file()]
+    if missing:
+        raise SpecError(f"base: config file(s) not found (paths are relative to {ROOT}): {missing}")
+
+    fixed = _mapping(raw.get("fixed"), "fixed")
+    axes, cells = _expand(raw)
+    clash = [k for k in axes if k in fixed]
+    if clash:
+        raise SpecError(f"key(s) {clash} are both fixed and varied; keep each in one place")
+    names = [c.name for c in cells]
+    duplicates = sorted({n for n in names if names.count(n) > 1})
+    if duplicates:
+        raise SpecError(f"cell names are not unique: {duplicates}; give the cells a `name:`")
+    if SUMMARY_DIR in names:
+        raise SpecError(f"cell name {SUMMARY_DIR!r} is reserved for the sweep's summary")
+
+    seeds = raw.get("seeds", [0])
+    if not isinstance(seeds, list) or not seeds or not all(isinstance(s, int) and s >= 0 for s in seeds):
+        raise SpecError(f"seeds: needs a non-empty list of non-negative integers, got {seeds!r}")
+    if len(set(seeds)) != len(seeds):
+        raise SpecError(f"seeds: {seeds} repeats a seed")
+    every = raw.get("checkpoint_every", DEFAULT_CHECKPOINT_EVERY)
+    if not isinstance(every, int) or every < 1:
+        raise SpecError(f"checkpoint_every: needs a positive number of steps, got {every!r}")
+
+    return Spec(
+        path=path,
+        base=tuple(base),
+        fixed=fixed,
+        axes=axes,
+        cells=tuple(cells),
+        seeds=tuple(seeds),
+        baseline=_baseline(raw.get("baseline"), cells),
+        checkpoint_every=every,
+        launcher=_launcher(raw.get("launcher")),
+    )

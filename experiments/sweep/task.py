@@ -1,0 +1,126 @@
+"""`python -m experiments.sweep.task RUN_JSON`: one run of a sweep inside a scheduler job (the `local` and
+`slurm` launchers submit this command; `RUN_JSON` is `Run.to_json()`).
+
+It runs exactly the `cli.py fit` command the pool would run, with the same claim, resumption and log:
+
+- the job's first task (SLURM_PROCID 0) claims the run (`experiments.sweep.claims`); a run claimed by a
+  live process elsewhere is not run. It resumes from `checkpoints/last.ckpt` when there is one, else
+  starts over, and notes that choice in the claim; a failed attempt leaves `outcome.json` for the
+  sweep that records it. Exit status 0 when the run ended done or diverged (or was not this job's to
+  run), 1 when it failed, 130 when interrupted (SIGTERM, SIGUSR2 before a time limit, SIGINT): an
+  interrupted run stays unrecorded, and the next `cli.py sweep` resumes it.
+- every further task of a multi-node run (SLURM_PROCID k > 0; Lightning makes each task one DDP
+  process from SLURM_* variables) waits until the first task's claim names this job and its choice,
+  then runs the same command, logging to `rank<k>.log`; it gives up after `FOLLOW_TIMEOUT_S` (the
+  first task found the run claimed elsewhere or finished).
+
+The last line of its output is a JSON verdict (`{"run": ..., "status": ..., "note": ...}`; status done,
+diverged, failed, claimed or interrupted) for the launcher that waits for it.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import signal
+import sys
+import time
+
+from experiments.sweep.claims import Claimed, acquire, read_claim
+from experiments.sweep.commands import Run
+from experiments.sweep.ledger import FINISHED
+from experiments.sweep.processes import Processes, terminate_as_interrupt
+from experiments.sweep.runner import CLAIMED, attempt, checkpoint_ok, finished_outcome, prepare, write_outcome
+
+FOLLOW_TIMEOUT_S = 300.0
+INTERRUPTED = 130
+PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent() -> None:
+    """SIGTERM when the parent (submitit's task process) dies, e.g. when a local job is cancelled: a
+    run left training without its job would keep a claim nobody waits for (Linux only)."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
+    except (OSError, AttributeError):
+        pass
+
+
+def _verdict(run: Run, status: str, note: str = "") -> None:
+    """The last output line; also on stderr, which is what a failed job's error carries back."""
+    line = json.dumps({"run": run.name, "status": status, "note": note})
+    print(line, flush=True)
+    if status not in (*FINISHED, CLAIMED):
+        print(line, file=sys.stderr, flush=True)
+
+
+def lead(run: Run, job: str | None, procs: Processes) -> int:
+    """The first task: claim, choose start or resume, run, leave the outcome."""
+    try:
+        claim = acquire(run.dir, job=job)
+    except Claimed as held:
+        _verdict(run, CLAIMED, str(held))
+        return 0
+    with claim:
+        found = finished_outcome(run)
+        if found is not None and found.status in FINISHED:  # an earlier job finished it: nothing to do
+            claim.update(action="finished")
+            _verdict(run, found.status, "finished before this job")
+            return 0
+        action = "resume" if checkpoint_ok(run) else "start"
+        prepare(run, action)
+        claim.update(action=action)  # the other tasks of a multi-node run start now
+        try:
+            result = attempt(run, action, echo=False, procs=procs)
+        except KeyboardInterrupt:
+            procs.stop()  # before the claim goes: no one may start the run while it still trains
+            raise
+        if result.status not in FINISHED:
+            write_outcome(run, result)
+    _verdict(run, result.status, result.error)
+    return 0 if result.status in FINISHED else 1
+
+
+def follow(run: Run, rank: int, job: str | None, procs: Processes) -> int:
+    """A further task of a multi-node run: the same command as the first task, once it has started."""
+    deadline = time.monotonic() + FOLLOW_TIMEOUT_S
+    while True:
+        holder = read_claim(run.dir)
+        if holder and job and holder.get("job") == job and holder.get("action"):
+            break
+        if time.monotonic() > deadline:
+            _verdict(run, CLAIMED, f"task {rank}: the first task of job {job} did not start the run")
+            return 0
+        time.sleep(1.0)
+    if holder["action"] == "finished":
+        return 0
+    result = attempt(run, holder["action"], echo=False, procs=procs, log_name=f"rank{rank}.log")
+    return 0 if result.status in FINISHED else 1
+
+
+def task_rank_and_job() -> tuple[int, str | None]:
+    """This task's global rank and its job's id, from the variables of the executor that started it
+    (a local job started inside a SLURM allocation also sees SLURM_*, which are not its own)."""
+    if os.environ.get("SUBMITIT_EXECUTOR") == "slurm":
+        return int(os.environ.get("SLURM_PROCID", "0")), os.environ.get("SLURM_JOB_ID")
+    return int(os.environ.get("SUBMITIT_LOCAL_GLOBALID", "0")), os.environ.get("SUBMITIT_LOCAL_JOB_ID")
+
+
+def main(argv: list[str]) -> int:
+    """Runs one run (see the module docstring). Returns the exit status."""
+    run = Run.from_json(argv[0])
+    rank, job = task_rank_and_job()
+    _die_with_parent()
+    procs = Processes()
+    try:
+        with terminate_as_interrupt(signal.SIGTERM, signal.SIGUSR2):
+            return lead(run, job, procs) if rank == 0 else follow(run, rank, job, procs)
+    except KeyboardInterrupt:
+        procs.stop()
+        _verdict(run, "interrupted", "the next `cli.py sweep` resumes it from its last checkpoint")
+        return INTERRUPTED
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

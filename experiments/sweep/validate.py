@@ -1,0 +1,187 @@
+"""Checks every cell of a spec with the suite's own parser before any run starts.
+
+Each cell's arguments go through `cli.cli_main(..., run=False)` with a CLI class that stops after
+parsing, so a bad key or value gets jsonargparse's own message (with the valid choices) in well
+under a second, and nothing is built, downloaded or trained. The dataclass-typed arguments
+(`ArchConfig`, `OptimConfig`, ...) are then constructed, so their cross-field checks (`n_heads`
+divides `d_model`) also fail here rather than minutes into a sweep.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import importlib
+import io
+import json
+import logging
+import typing
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from experiments.sweep.resources import RunShape, run_shape
+from experiments.sweep.spec import ROOT, Cell, Spec, SpecError, format_value
+from lit_modules.cli import SuiteCLI, cli_main
+
+SEEDED_GROUPS = ("data", "model")  # a `seed` argument of these classes gets the run's seed
+SHAPE_KEYS = ("devices", "num_nodes", "accelerator")  # trainer settings that say how many processes a run starts
+
+
+class _ParseOnlyCLI(SuiteCLI):
+    """The suite's CLI, stopping after parsing and validating the arguments."""
+
+    def instantiate_classes(self) -> None:
+        pass
+
+
+@dataclass(frozen=True)
+class CheckedCell:
+    """What the parse of a cell tells the runner and the report.
+
+    Args:
+        cell: the cell.
+        seed_keys: keys that take the run's seed besides `seed_everything` (`data.init_args.seed`).
+        axis_values: the resolved value of every axis key for this cell (also where it did not set it).
+        shape: the processes each of its runs starts (`trainer.devices` × `trainer.num_nodes`).
+    """
+
+    cell: Cell
+    seed_keys: tuple[str, ...]
+    axis_values: dict[str, Any]
+    shape: RunShape = RunShape(devices=1)
+
+
+def override_args(overrides: dict[str, Any]) -> list[str]:
+    """`--key=value` for each override; the `=` form keeps values such as `-1` from reading as flags."""
+    return [f"--{key}={format_value(value)}" for key, value in overrides.items()]
+
+
+def cell_args(spec: Spec, cell: Cell, root: Path | None = None) -> list[str]:
+    """The arguments that define a cell: base configs, then fixed, then the cell's overrides.
+
+    Args:
+        spec: the sweep.
+        cell: one of its cells.
+        root: prefix of the config paths (runs start in the repository root and need none; a parse
+            in this process must not depend on its working directory).
+    """
+    configs = [arg for path in spec.base for arg in ("-c", str(root / path) if root else path)]
+    return configs + override_args(spec.fixed) + override_args(cell.overrides)
+
+
+def parse(args: list[str]) -> Any:
+    """Parses `cli.py` arguments (no subcommand) into a jsonargparse Namespace; builds nothing.
+
+    Raises:
+        SpecError: with jsonargparse's message (which names the key and the valid choices).
+    """
+    seed_log = logging.getLogger("lightning.fabric.utilities.seed")
+    level = seed_log.level
+    seed_log.setLevel(logging.WARNING)  # "Seed set to 0" once per cell is noise here
+    stderr = io.StringIO()
+    try:
+        with contextlib.redirect_stderr(stderr):
+            return cli_main(args, run=False, cli_class=_ParseOnlyCLI).config
+    except SystemExit:
+        text = stderr.getvalue()
+        raise SpecError(text[text.find("error:") :].strip() if "error:" in text else text.strip()) from None
+    finally:
+        seed_log.setLevel(level)
+
+
+def config_value(config: Any, key: str) -> Any:
+    """The value of a dotted CLI key in a parsed config; `model.arch.x` is `model.init_args.arch.x`."""
+    head, _, rest = key.partition(".")
+    for candidate in (key, f"{head}.init_args.{rest}"):
+        with contextlib.suppress(KeyError, AttributeError):
+            if candidate in config:
+                value = config[candidate]
+                return value.as_dict() if hasattr(value, "as_dict") else value
+    raise KeyError(key)
+
+
+def _build_dataclasses(config: Any, group: str) -> None:
+    """Constructs the dataclass-typed init args of `group`'s class, running their own checks."""
+    entry = config.get(group)
+    init_args = entry.get("init_args") if entry is not None and "class_path" in entry else None
+    if init_args is None:
+        return
+    module, _, name = entry.class_path.rpartition(".")
+    try:
+        hints = typing.get_type_hints(getattr(importlib.import_module(module), name).__init__)
+    except (NameError, TypeError):  # unresolvable annotations: the run itself will check
+        return
+    for arg, value in vars(init_args).items():  # top level only: Namespace.items() flattens
+        kind = hints.get(arg)
+        if isinstance(kind, type) and dataclasses.is_dataclass(kind) and hasattr(value, "as_dict"):
+            try:
+                kind(**value.as_dict())
+            except (TypeError, ValueError) as err:
+                raise SpecError(f"{group}.{arg}: {err}") from None
+
+
+def _check_logger(config: Any) -> None:
+    logger = config.get("trainer.logger")
+    class_path = getattr(logger, "class_path", None) or (logger or {}).get("class_path", "")
+    if not str(class_path).endswith("TensorBoardLogger"):
+        raise SpecError(f"trainer.logger must be a TensorBoardLogger (the sweep reads its event files), got {logger!r}")
+
+
+def check_cell(spec: Spec, cell: Cell) -> tuple[CheckedCell, str]:
+    """Parses one cell's arguments; returns what the runner needs and a fingerprint of its config.
+
+    Args:
+        spec: the sweep.
+        cell: one of its cells.
+
+    Raises:
+        SpecError: naming the cell and the problem.
+    """
+    try:
+        config = parse(cell_args(spec, cell, root=ROOT))
+        _build_dataclasses(config, "model")
+        _build_dataclasses(config, "data")
+        _check_logger(config)
+    except SpecError as err:
+        raise SpecError(f"cell {cell.name!r} ({spec.path}): {err}") from None
+    seed_keys = tuple(f"{g}.init_args.seed" for g in SEEDED_GROUPS if f"{g}.init_args.seed" in config)
+    axis_values = {}
+    for key in spec.axes:
+        try:
+            axis_values[key] = config_value(config, key)
+        except KeyError:  # e.g. a key jsonargparse matched by an unambiguous prefix
+            axis_values[key] = cell.overrides.get(key)
+    trainer = {}
+    for key in SHAPE_KEYS:
+        with contextlib.suppress(KeyError):
+            trainer[key] = config_value(config, f"trainer.{key}")
+    try:
+        shape = run_shape(trainer)
+    except ValueError as err:
+        raise SpecError(f"cell {cell.name!r} ({spec.path}): {err}") from None
+    fingerprint = json.dumps(config.as_dict(), sort_keys=True, default=str)
+    return CheckedCell(cell, seed_keys, axis_values, shape), fingerprint
+
+
+def check_spec(spec: Spec) -> dict[str, CheckedCell]:
+    """Checks every cell and that no two cells resolve to the same configuration.
+
+    Args:
+        spec: the sweep.
+
+    Returns:
+        The checked cells by name, in spec order.
+    """
+    checked: dict[str, CheckedCell] = {}
+    seen: dict[str, str] = {}
+    for cell in spec.cells:
+        result, fingerprint = check_cell(spec, cell)
+        if fingerprint in seen:
+            raise SpecError(
+                f"cells {seen[fingerprint]!r} and {cell.name!r} resolve to the same configuration; "
+                "every cell must differ from the others"
+            )
+        seen[fingerprint] = cell.name
+        checked[cell.name] = result
+    return checked

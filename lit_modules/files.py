@@ -1,0 +1,21 @@
+"""Atomic file writes: a reader (the sweep, a resumed run, a killed process's successor) sees either
+the old file or the new one, whole, never a half-written one."""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+from typing import Any
+
+
+def write_atomic(path: Path, text: str) -> None:
+    """Writes `text` to a hidden temporary file beside `path`, then renames it over `path`
+    (`os.replace` is atomic within one filesystem)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+def write_json_atomic(path: Path, data: Any) -> None:
+    write_atomic(path, json.dumps(data, indent=2, default=str))

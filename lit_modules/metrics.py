@@ -1,0 +1,42 @@
+"""Which way each logged metric improves, declared beside the modules that log it.
+
+The analysis (`experiments/analysis`) ranks cells and signs differences with this table; a metric
+missing here is an error there, not a guess from its name. A tag is `stage/name`, optionally with a
+suffix the module adds: `@<length>` (per evaluation length) or `_<split>` (`exact_match_ood`).
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+Direction = Literal["lower", "higher"]
+
+METRIC_DIRECTIONS: dict[str, Direction] = {
+    "loss": "lower",
+    "bpt": "lower",  # bits per token
+    "ppl": "lower",
+    "acc": "higher",
+    "token_acc": "higher",
+    "exact_match": "higher",
+    "bleu": "higher",
+    "chrf": "higher",
+}
+
+
+def metric_base_name(tag: str) -> str:
+    """`val/exact_match_ood@12` -> `exact_match`: the declared name a logged tag was built from.
+
+    Raises:
+        KeyError: the tag's metric has no declared direction.
+    """
+    name = tag.rsplit("/", 1)[-1].split("@", 1)[0]
+    matches = [key for key in METRIC_DIRECTIONS if name == key or name.startswith(key + "_")]
+    if not matches:
+        raise KeyError(
+            f"metric {tag!r} has no declared direction; add its name to lit_modules.metrics.METRIC_DIRECTIONS"
+        )
+    return max(matches, key=len)
+
+
+def higher_is_better(tag: str) -> bool:
+    return METRIC_DIRECTIONS[metric_base_name(tag)] == "higher"

@@ -1,0 +1,120 @@
+"""The benchmark runs end to end in smoke mode and writes its report; no test asserts a speed."""
+
+import copy
+import json
+from typing import get_args
+
+import pytest
+import torch
+import torch.nn.functional as F
+
+from experiments import bench
+from experiments.bench import gpu
+from experiments.bench.common import POSITIONAL_SCHEMES, TrainStep
+from experiments.bench.reference_gpt import ReferenceGPT
+from models import GPT, ArchConfig
+from models.config import PosEncoding
+
+
+@pytest.fixture(scope="module")
+def smoke_report(tmp_path_factory):
+    import cli
+
+    out = tmp_path_factory.mktemp("bench")
+    code = cli.main(["bench", "--smoke", "--out", str(out)])
+    return code, out
+
+
+def test_smoke_run_writes_every_section(smoke_report):
+    code, out = smoke_report
+    assert code == 0
+    markdown = (out / "bench-smoke.md").read_text()
+    report = json.loads((out / "bench-smoke.json").read_text())
+    keys = [s["key"] for s in report["sections"]]
+    assert keys == list(bench.SECTIONS)
+    for section in report["sections"]:
+        assert section["error"] is None, section["error"]
+        assert section["tables"], section["key"]
+        assert f"## {section['title']}" in markdown
+    assert "| Targets" in markdown or "**Targets**" in markdown
+    assert report["meta"]["settings"]["smoke"] is True
+    assert report["meta"]["peak_flops"] > 0
+
+
+def test_every_target_has_a_verdict(smoke_report):
+    _, out = smoke_report
+    report = json.loads((out / "bench-smoke.json").read_text())
+    targets = [t for s in report["sections"] for t in s["targets"]]
+    names = " ".join(t["name"] for t in targets)
+    for needle in (
+        "plain reference",
+        "transformers GPT-2",
+        "MFU",
+        "Lightning overhead",
+        "no T×T",
+        "t5",
+        "KV-cache",
+        "ViT",
+    ):
+        assert needle in names
+    assert all(t["verdict"] in ("PASS", "FAIL", "n/a") for t in targets)
+    markdown = (out / "bench-smoke.md").read_text()
+    assert "PASS" in markdown or "FAIL" in markdown
+
+
+def test_sections_flag_and_unknown_section(tmp_path, capsys):
+    assert bench.main(["--smoke", "--sections", "data", "--out", str(tmp_path)]) == 0
+    report = json.loads((tmp_path / "bench-smoke.json").read_text())
+    assert [s["key"] for s in report["sections"]] == ["data"]
+    with pytest.raises(SystemExit):
+        bench.main(["--smoke", "--sections", "nope"])
+
+
+def test_reference_gpt_matches_suite_gpt():
+    torch.manual_seed(0)
+    cfg = ArchConfig(vocab_size=17, d_model=32, n_layers=2, n_heads=4, max_seq_len=16)
+    suite = GPT(cfg).eval()
+    reference = ReferenceGPT.like(cfg).load_suite_weights(suite).eval()
+    ids = torch.randint(0, 17, (2, 16))
+    torch.testing.assert_close(reference(ids), suite(ids))
+    with pytest.raises(ValueError):
+        ReferenceGPT.like(ArchConfig(pos_encoding="rope"))
+
+
+@pytest.mark.skipif(torch.cuda.is_available(), reason="checks the message printed without CUDA")
+def test_gpu_script_explains_missing_cuda(capsys):
+    assert gpu.main([]) == 1
+    assert "CUDA is not available" in capsys.readouterr().err
+
+
+def test_positional_schemes_are_the_pos_encoding_choices():
+    assert sorted(POSITIONAL_SCHEMES) == sorted(get_args(PosEncoding))
+    assert len(POSITIONAL_SCHEMES) == len(set(POSITIONAL_SCHEMES))
+    assert POSITIONAL_SCHEMES[0] == "none"  # the baseline row of the bench tables
+
+
+def test_train_step_is_the_suite_optimizer_step():
+    from lit_modules.optim import OptimConfig, build_optimizer
+
+    torch.manual_seed(0)
+    model = GPT(ArchConfig(vocab_size=17, d_model=32, n_layers=1, n_heads=2, max_seq_len=8))
+    manual = copy.deepcopy(model).train()
+    ids = torch.randint(0, 17, (2, 9))
+    optim = OptimConfig(lr=1e-2, warmup_steps=0, fused=False)
+    step = TrainStep(model, optim, total_steps=10, step_schedule=True, clip_norm=1.0)
+    optimizer, schedule = build_optimizer(manual, optim, total_steps=10)
+    assert [g["weight_decay"] for g in step.optimizer.param_groups] == [0.1, 0.0]
+    for _ in range(2):
+        loss = step.on(ids[:, :-1], ids[:, 1:])()
+        expected = F.cross_entropy(manual(ids[:, :-1]).flatten(0, 1), ids[:, 1:].flatten())
+        expected.backward()
+        torch.nn.utils.clip_grad_norm_(manual.parameters(), 1.0)
+        optimizer.step()
+        optimizer.zero_grad(set_to_none=True)
+        schedule.step()
+        torch.testing.assert_close(loss, expected.detach())
+    torch.testing.assert_close(model.state_dict(), manual.state_dict())
+    assert all(p.grad is None for p in model.parameters())
+    assert step.optimizer.param_groups[0]["lr"] == optimizer.param_groups[0]["lr"] < 1e-2
+    with pytest.raises(ValueError):
+        TrainStep(model, optim, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))

@@ -1,0 +1,259 @@
+"""`cli.py sweep`: a real tiny sweep, a sweep killed mid-run and resumed, divergence and failure as
+outcomes, `--rerun`, spec errors before any run, `--dry-run`, two sweeps sharing a folder, and the
+`local` launcher (submitit) against the in-process pool."""
+
+from __future__ import annotations
+
+import csv
+import json
+import math
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from experiments.sweep import command as sweep
+from experiments.sweep.spec import SpecError, load_spec
+
+ROOT = Path(__file__).resolve().parents[3]
+METRICS = ("val/loss", "val/loss@16", "val/loss@32", "val/ppl", "val/bpt", "train/loss")
+CELLS = ("pos_encoding=learned", "pos_encoding=alibi")
+THREADS = ["--threads", "1"]  # a tiny model on a shared machine: one thread is fastest, and equal in both sweeps
+
+
+def read_rows(out: Path) -> list[dict[str, str]]:
+    with (out / "results.csv").open(newline="") as f:
+        return list(csv.DictReader(f))
+
+
+def by_run(rows: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, str]]:
+    keyed = {(r["cell"], r["seed"]): r for r in rows}
+    assert len(keyed) == len(rows), "duplicate rows in results.csv"
+    return keyed
+
+
+@pytest.fixture(scope="module")
+def main_sweep(tmp_path_factory, tiny_spec):
+    """2 cells x 2 seeds, uninterrupted."""
+    tmp = tmp_path_factory.mktemp("main")
+    spec = tiny_spec(tmp / "spec.yaml", grid={"model.arch.pos_encoding": ["learned", "alibi"]}, seeds=[0, 1])
+    out = tmp / "out"
+    return sweep.main([str(spec), "--out", str(out), *THREADS]), out
+
+
+@pytest.fixture(scope="module")
+def killed_sweep(tmp_path_factory, tiny_spec):
+    """alibi (the main sweep's seed-0 run, killed mid-run and resumed), a diverging cell and a failing
+    cell (a BPE vocabulary smaller than its byte alphabet: a ValueError when the data is built)."""
+    tmp = tmp_path_factory.mktemp("killed")
+    bad_bpe = {"name": "bad_bpe", "data.tokenizer": "bpe", "data.bpe_vocab_size": 10}
+    cells = [{"model.arch.pos_encoding": "alibi"}, {"model.optim.lr": 1000.0}, bad_bpe]
+    spec = tiny_spec(tmp / "spec.yaml", cells=cells, seeds=[0])
+    out = tmp / "out"
+    command = [sys.executable, "cli.py", "sweep", str(spec), "--out", str(out), *THREADS]
+    first = subprocess.Popen(
+        command, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
+    checkpoint = out / "pos_encoding=alibi" / "seed0" / "checkpoints" / "last.ckpt"
+    deadline = time.monotonic() + 300
+    while not checkpoint.exists():
+        assert first.poll() is None, "the sweep ended before its first checkpoint"
+        assert time.monotonic() < deadline, "no checkpoint after 300 s"
+        time.sleep(0.02)
+    os.killpg(first.pid, signal.SIGKILL)  # the sweep and its run, mid-run
+    first.wait()
+    status = json.loads((checkpoint.parent.parent / "run.json").read_text())["status"]
+    assert status == "running", "the run finished before the kill: the test would prove nothing"
+    assert not (out / "results.csv").exists() or not read_rows(out)
+    resumed = sweep.main(command[3:])
+    again = sweep.main(command[3:])  # everything recorded: runs nothing
+    return resumed, again, out
+
+
+def test_sweep_writes_ledger_report_and_plots(main_sweep):
+    code, out = main_sweep
+    assert code == 0
+    rows = by_run(read_rows(out))
+    assert set(rows) == {(c, s) for c in ("pos_encoding=learned", "pos_encoding=alibi") for s in ("0", "1")}
+    for (cell, seed), row in rows.items():
+        assert row["status"] == "done" and row["steps"] == "12" and not row["error"]
+        assert row["model.arch.pos_encoding"] == cell.split("=")[1]
+        assert float(row["params"]) > 0 and float(row["flops_per_token"]) > 0 and float(row["wall_time_s"]) > 0
+        for metric in METRICS:
+            if (cell, metric) != ("pos_encoding=learned", "val/loss@32"):
+                assert math.isfinite(float(row[metric])), (cell, metric)
+        assert row["val/loss"] == row["val/loss@16"]
+        run_dir = out / cell / f"seed{seed}"  # exactly DIR/<cell>/seed<k>
+        config = yaml.safe_load((run_dir / "config.yaml").read_text())
+        assert config["seed_everything"] == int(seed) and config["data"]["init_args"]["seed"] == int(seed)
+        assert config["model"]["init_args"]["arch"]["pos_encoding"] == cell.split("=")[1]
+        assert list(run_dir.glob("events.out.tfevents.*")) and (run_dir / "run.log").stat().st_size
+    # learned positions end at 16: no loss at 32, shown n/a
+    assert rows[("pos_encoding=learned", "0")]["val/loss@32"] == ""
+    # seeds differ, runs of one seed differ only in the axis
+    assert rows[("pos_encoding=alibi", "0")]["val/loss"] != rows[("pos_encoding=alibi", "1")]["val/loss"]
+
+    report = (out / "report.md").read_text()
+    assert "ttest_rel" in report and "baseline" in report and "★" in report and "n/a" in report
+    for plot in ("val_loss.png", "train_loss.png", "length_extrapolation.png"):
+        assert (out / "plots" / plot).stat().st_size > 0
+        assert f"(plots/{plot})" in report
+    with (out / "report.csv").open(newline="") as f:
+        assert {r["metric"] for r in csv.DictReader(f)} >= {"val/loss", "val/loss@32"}
+    assert list((out / "_summary").rglob("events.out.tfevents.*"))
+
+
+def test_killed_sweep_resumes_to_same_results(main_sweep, killed_sweep):
+    _, main_out = main_sweep
+    _, _, out = killed_sweep
+    rows = by_run(read_rows(out))
+    resumed, reference = rows[("pos_encoding=alibi", "0")], by_run(read_rows(main_out))[("pos_encoding=alibi", "0")]
+    assert resumed["status"] == "done" and resumed["steps"] == "12"
+    for metric in METRICS:
+        assert float(resumed[metric]) == pytest.approx(float(reference[metric]), abs=1e-6), metric
+    log = (out / "pos_encoding=alibi" / "seed0" / "run.log").read_text()
+    assert " start: " in log and " resume: " in log and "--ckpt_path=" in log
+
+
+def test_divergent_run_recorded_and_sweep_goes_on(killed_sweep):
+    _, _, out = killed_sweep
+    rows = by_run(read_rows(out))
+    diverged = rows[("lr=1000.0", "0")]
+    assert diverged["status"] == "diverged" and int(diverged["diverged_at_step"]) >= 0
+    assert rows[("pos_encoding=alibi", "0")]["status"] == "done"
+    assert "1 diverged" in (out / "report.md").read_text()
+
+
+def test_failed_run_recorded_and_retried_only_on_request(killed_sweep):
+    resumed, again, out = killed_sweep
+    failed = by_run(read_rows(out))[("bad_bpe", "0")]
+    assert failed["status"] == "failed" and failed["error"].startswith("ValueError:")
+    assert "bpe vocab_size must be >=" in failed["error"]
+    assert resumed == again == 1  # exit status: the number of failed runs
+    log = (out / "bad_bpe" / "seed0" / "run.log").read_text()
+    assert log.count("\n=== ") == 1  # the third invocation did not run it again
+    assert len(read_rows(out)) == 3
+
+
+def test_rerun_moves_old_runs_aside_and_runs_them_again(main_sweep, tmp_path, capsys):
+    _, main_out = main_sweep
+    out = tmp_path / "out"
+    shutil.copytree(main_out, out, ignore=shutil.ignore_patterns("checkpoints"))
+    spec, before = str(main_out.parent / "spec.yaml"), by_run(read_rows(out))
+
+    assert sweep.main([spec, "--out", str(out), *THREADS, "--rerun", "pos_enc=alibi"]) == 2
+    assert "no cell named pos_enc=alibi" in capsys.readouterr().err and not (out / "superseded").exists()
+
+    assert sweep.main([spec, "--out", str(out), *THREADS, "--rerun", "pos_encoding=alibi"]) == 0
+    (moved,) = (out / "superseded").iterdir()
+    old = by_run(read_rows(moved))
+    assert set(old) == {("pos_encoding=alibi", "0"), ("pos_encoding=alibi", "1")}
+    assert (moved / "pos_encoding=alibi" / "seed1" / "run.json").exists()
+    after = by_run(read_rows(out))
+    for key in old:  # run again from scratch: one start in the new log, the same numbers (deterministic)
+        assert (out / "pos_encoding=alibi" / f"seed{key[1]}" / "run.log").read_text().count("\n=== ") == 1
+        for metric in METRICS:
+            assert float(after[key][metric]) == pytest.approx(float(old[key][metric]), abs=1e-6), metric
+    for key in before.keys() - old.keys():  # other cells untouched, their rows included
+        assert after[key] == before[key]
+
+
+def test_bad_value_fails_before_any_run(tmp_path, tiny_spec, capsys):
+    spec = tiny_spec(tmp_path / "spec.yaml", grid={"model.arch.pos_encoding": ["learned", "sinusoidl"]})
+    assert sweep.main([str(spec), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert "pos_encoding" in err and "sinusoidl" in err and "'alibi'" in err and "'rope'" in err
+    assert not (tmp_path / "out").exists()
+
+
+@pytest.mark.parametrize(
+    "entries, expected",
+    [
+        ({"grid": {"model.arch.norm": ["layernorm"]}, "sweeps": 1}, ["sweeps", "valid keys", "grid"]),
+        ({"cells": [{"model.optim.lr": 0.003}, {"name": "tiny_default"}]}, ["same configuration", "tiny_default"]),
+        ({"grid": {"model.arch.n_heads": [3]}}, ["n_heads", "divisible"]),
+        ({"grid": {"model.arch.norm": ["layernorm"]}, "base": ["configs/gpt/nope.yaml"]}, ["not found", "nope.yaml"]),
+        ({"grid": {"trainer.max_steps": [5]}}, ["fixed and varied", "trainer.max_steps"]),
+    ],
+    ids=["unknown-key", "cells-identical", "invalid-combination", "missing-base", "fixed-and-varied"],
+)
+def test_bad_spec_fails_before_any_run(tmp_path, tiny_spec, capsys, entries, expected):
+    spec = tiny_spec(tmp_path / "spec.yaml", **entries)
+    assert sweep.main([str(spec), "--out", str(tmp_path / "out")]) == 2
+    err = capsys.readouterr().err
+    assert all(word in err for word in expected), err
+    assert not (tmp_path / "out").exists()
+
+
+def test_dry_run_prints_one_command_per_run(tmp_path, tiny_spec, capsys):
+    spec = tiny_spec(tmp_path / "spec.yaml", grid={"model.arch.pos_encoding": ["rope", "alibi", "none"]}, seeds=[3, 4])
+    assert sweep.main([str(spec), "--out", str(tmp_path / "out"), "--dry-run", "--jobs", "2"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    assert len(lines) == 6
+    for line in lines:
+        assert line.startswith("cd ") and "OMP_NUM_THREADS=" in line and " cli.py fit -c configs/gpt/base.yaml" in line
+    assert sum("--seed_everything=4" in line and "--data.init_args.seed=4" in line for line in lines) == 3
+    assert not (tmp_path / "out").exists()
+
+
+def test_cell_names_are_short_and_unique(tmp_path, tiny_spec):
+    grid = {"model.optim.lr": [0.001, "1e-2"], "model.arch.norm": ["rmsnorm"], "trainer.gradient_clip_val": [0.5]}
+    spec = load_spec(tiny_spec(tmp_path / "spec.yaml", grid=grid, baseline={"model.optim.lr": "1e-2"}))
+    assert [c.name for c in spec.cells] == [
+        "lr=0.001,norm=rmsnorm,gradient_clip_val=0.5",
+        "lr=1e-2,norm=rmsnorm,gradient_clip_val=0.5",
+    ]
+    assert spec.baseline == "lr=1e-2,norm=rmsnorm,gradient_clip_val=0.5"
+    with pytest.raises(SpecError, match="several cells"):
+        load_spec(
+            tiny_spec(tmp_path / "spec.yaml", grid={"model.optim.lr": [1, 2], "x.y": [1, 2]}, baseline={"x.y": 1})
+        )
+
+
+def test_local_launcher_matches_the_pool(main_sweep, tiny_spec, tmp_path):
+    """submitit's LocalExecutor jobs run the same commands as the pool: the same ledger, number for number."""
+    _, main_out = main_sweep
+    spec = tiny_spec(tmp_path / "spec.yaml", grid={"model.arch.pos_encoding": ["learned", "alibi"]}, seeds=[0])
+    out = tmp_path / "out"
+    assert sweep.main([str(spec), "--out", str(out), *THREADS, "--launcher", "local", "--jobs", "2"]) == 0
+    local, pool = by_run(read_rows(out)), by_run(read_rows(main_out))
+    assert set(local) == {(cell, "0") for cell in CELLS}
+    with (out / "results.csv").open(newline="") as f:
+        columns = [c for c in next(csv.reader(f)) if c != "wall_time_s"]  # the only column that may differ
+    assert {"val/loss", "val/loss@32", "train/loss", "params", "steps"} <= set(columns)
+    for key, row in local.items():
+        assert row["status"] == "done"
+        assert {c: row[c] for c in columns} == {c: pool[key][c] for c in columns}, key
+    assert len(list((out / "_submitit").glob("*_0_log.out"))) == 2  # one job per run
+    assert not list(out.rglob("claim.json")) and not list(out.rglob("outcome.json"))
+
+
+def test_concurrent_sweeps_on_one_folder_train_each_run_once(tmp_path, tiny_spec):
+    """The same sweep started twice at once: every run is claimed by one of them and trained once; the
+    other skips it (not failed, not resumed), and the ledger ends complete."""
+    spec = tiny_spec(tmp_path / "spec.yaml", grid={"model.arch.pos_encoding": ["learned", "alibi"]}, seeds=[0])
+    out = tmp_path / "out"
+    command = [sys.executable, "cli.py", "sweep", str(spec), "--out", str(out), *THREADS]
+    logs = [tmp_path / f"sweep{i}.log" for i in range(2)]
+    sweeps = [subprocess.Popen(command, cwd=ROOT, stdout=log.open("w"), stderr=subprocess.STDOUT) for log in logs]
+    codes = [s.wait(timeout=600) for s in sweeps]
+    outputs = [log.read_text() for log in logs]
+    assert codes == [0, 0], outputs
+    rows = by_run(read_rows(out))
+    assert set(rows) == {(cell, "0") for cell in CELLS}
+    assert all(row["status"] == "done" and row["steps"] == "12" for row in rows.values())
+    for cell in CELLS:
+        run_dir = out / cell / "seed0"
+        assert len(list(run_dir.glob("events.out.tfevents.*"))) == 1, cell
+        log = (run_dir / "run.log").read_text()
+        assert log.count("\n=== ") == 1 and " start: " in log, cell  # one attempt across both sweeps
+        assert not (run_dir / "claim.json").exists()
+    for output in outputs:  # a run left to the other sweep is reported as claimed, never as failed
+        assert not [line for line in output.splitlines() if line.startswith("[sweep") and " failed" in line]
+        assert output.count("skipping ") == output.count("claimed by ") // 2

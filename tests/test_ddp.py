@@ -1,0 +1,159 @@
+"""Multi-process training (Lightning DDP, gloo on CPU) is the same science as one process.
+
+For every family, `cli.py fit` with 2 processes at per-process batch B/2 trains on the same global
+batches as 1 process at batch B: the training losses agree step by step, and every validation
+metric (computed over every validation example once) equals the single-process value. The runs
+are real `cli.py` processes, as a user starts them; dropout is off (its draws are per process)."""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import signal
+import subprocess
+import sys
+import time
+import zipfile
+from pathlib import Path
+
+import pytest
+
+from experiments.analysis.events import read_scalars
+
+ROOT = Path(__file__).resolve().parents[1]
+STEPS = 24
+COMMON = [
+    f"--trainer.max_steps={STEPS}",
+    "--trainer.val_check_interval=12",
+    "--trainer.log_every_n_steps=1",
+    "--trainer.num_sanity_val_steps=0",
+    "--trainer.enable_progress_bar=false",
+    "--trainer.enable_model_summary=false",
+    "--trainer.accelerator=cpu",
+]
+TINY_ARCH = ["--model.arch.d_model=32", "--model.arch.n_layers=1", "--model.arch.n_heads=2", "--model.arch.dropout=0.0"]
+# family -> (configs, overrides, global batch); validation is limited to whole batches of the global
+# batch (per process: the same number of half-size batches, which cover the same examples)
+FAMILIES = {
+    "gpt": (
+        ["configs/gpt/base.yaml", "configs/gpt/tiny.yaml"],
+        [*TINY_ARCH, "--data.seq_len=32", "--data.eval_lengths=[32, 64]", "--data.val_tokens=1600",
+         "--model.sample_tokens=0"],
+        8,
+    ),
+    "bert": (
+        ["configs/bert/base.yaml", "configs/bert/tiny.yaml"],
+        [*TINY_ARCH, "--data.seq_len=32", "--data.eval_lengths=[32]", "--data.val_tokens=1600"],
+        8,
+    ),
+    "translation": (
+        ["configs/translation/base.yaml", "configs/translation/tiny.yaml"],
+        [*TINY_ARCH, "--trainer.limit_val_batches=2"],
+        8,
+    ),
+    "vit": (
+        ["configs/vit/base.yaml", "configs/vit/tiny.yaml"],
+        [*TINY_ARCH, "--data.augment=false"],
+        16,
+    ),
+}  # fmt: skip
+
+
+def fit_command(family: str, processes: int, save_dir: Path, *extra: str) -> list[str]:
+    configs, overrides, batch = FAMILIES[family]
+    return [
+        sys.executable, "cli.py", "fit", *(a for c in configs for a in ("-c", c)), *overrides, *COMMON,
+        f"--data.batch_size={batch // processes}",
+        f"--trainer.devices={processes}",
+        f"--trainer.strategy={'ddp' if processes > 1 else 'auto'}",
+        f"--trainer.logger.init_args.save_dir={save_dir}",
+        "--trainer.logger.init_args.version=run",
+        *extra,
+    ]  # fmt: skip
+
+
+def fit(family: str, processes: int, save_dir: Path, *extra: str) -> Path:
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    done = subprocess.run(fit_command(family, processes, save_dir, *extra), cwd=ROOT, env=env,
+                          capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    return save_dir / "lightning_logs" / "run"
+
+
+@pytest.fixture(scope="module")
+def runs(tmp_path_factory):
+    """`runs(family, processes)`: the run's folder, trained once per module."""
+    done: dict[tuple[str, int], Path] = {}
+
+    def get(family: str, processes: int) -> Path:
+        if (family, processes) not in done:
+            done[family, processes] = fit(family, processes, tmp_path_factory.mktemp(f"{family}{processes}"))
+        return done[family, processes]
+
+    return get
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_two_processes_train_and_validate_like_one(family, runs):
+    one = read_scalars(runs(family, 1))
+    two_dir = runs(family, 2)
+    two = read_scalars(two_dir)
+    losses_one, losses_two = one.curves["train/loss"], two.curves["train/loss"]
+    assert sorted(losses_one) == sorted(losses_two) == list(range(STEPS))
+    for step, value in losses_one.items():
+        assert losses_two[step] == pytest.approx(value, rel=1e-4), f"train/loss at step {step}"
+    val_tags = [t for t in one.curves if t.startswith("val/")]
+    assert "val/loss" in val_tags and sorted(val_tags) == sorted(t for t in two.curves if t.startswith("val/"))
+    for tag in val_tags:
+        for step, value in one.curves[tag].items():
+            if math.isnan(value):
+                assert math.isnan(two.curves[tag][step]), tag
+            else:
+                assert two.curves[tag][step] == pytest.approx(value, rel=1e-4, abs=1e-6), f"{tag} at step {step}"
+    # rank 0 alone writes the run's files
+    assert len(list(two_dir.glob("events.out.tfevents.*"))) == 1
+    info = json.loads((two_dir / "run.json").read_text())
+    assert info["status"] == "done" and info["processes"] == 2 and info["steps"] == STEPS
+
+
+def test_a_killed_ddp_run_resumes_to_the_same_end(tmp_path, runs):
+    """SIGKILL to the launcher's process group mid-run; the resumed run ends where an uninterrupted one does."""
+    checkpointing = [
+        "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+        "--trainer.callbacks.every_n_train_steps=4",
+        "--trainer.callbacks.save_last=true",
+        f"--trainer.callbacks.dirpath={tmp_path / 'killed' / 'checkpoints'}",
+    ]
+    whole = read_scalars(runs("gpt", 2))
+    command = fit_command("gpt", 2, tmp_path / "killed", *checkpointing)
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    last = tmp_path / "killed" / "checkpoints" / "last.ckpt"
+    deadline = time.monotonic() + 240
+    while not last.exists():
+        assert first.poll() is None, "the run ended before its first checkpoint"
+        assert time.monotonic() < deadline, "no checkpoint after 240 s"
+        time.sleep(0.01)
+    os.killpg(first.pid, signal.SIGKILL)
+    first.wait()
+    time.sleep(0.2)
+    assert zipfile.is_zipfile(last), "killed while writing the checkpoint (the sweep would start over)"
+    run = tmp_path / "killed" / "lightning_logs" / "run"
+    assert json.loads((run / "run.json").read_text())["status"] == "running", "finished before the kill"
+    resumed = subprocess.run([*command, f"--ckpt_path={last}"], cwd=ROOT, env=env, capture_output=True, text=True,
+                             timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    again = read_scalars(run)
+    assert json.loads((run / "run.json").read_text())["status"] == "done"
+    assert again.last("val/loss") == pytest.approx(whole.last("val/loss"), rel=1e-5)
+    final = STEPS - 1
+    assert again.curves["train/loss"][final] == pytest.approx(whole.curves["train/loss"][final], rel=1e-5)
+
+
+def test_a_divergence_on_any_process_stops_every_process_once(tmp_path):
+    run = fit("gpt", 2, tmp_path, "--model.optim.lr=1000", "--model.optim.warmup_steps=0", "--divergence.max_loss=6")
+    info = json.loads((run / "run.json").read_text())
+    assert info["status"] == "diverged" and info["diverged_at_step"] < STEPS
+    assert info["steps"] == info["diverged_at_step"]
