@@ -2,7 +2,8 @@
 
     python cli.py fit -c configs/gpt/tiny.yaml --model.arch.pos_encoding alibi
     python cli.py {fit,validate,test,predict} ...      LightningCLI (subclass mode for model and data)
-    python cli.py sweep SPEC.yaml [--out DIR] [--jobs N] [--threads T] [--dry-run] [--retry-failed]
+    python cli.py sweep SPEC.yaml [--out DIR] [--jobs N] [--threads T] [--launcher pool|local|slurm] [--dry-run]
+                               [--retry-failed] [--rerun CELL ...]
     python cli.py report DIR
     python cli.py bench [--smoke] [--sections a,b] [--compile]
 """

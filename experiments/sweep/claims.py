@@ -17,8 +17,9 @@ since ...") unless it is stale:
 - unreadable (a holder killed between creating and writing the file) and older than `WRITE_GRACE_S`.
 
 The holder is the process that starts the run's `cli.py fit` and waits for it: the sweep (pool
-launcher) or the job's task (`experiments.sweep.task`). Killing the holder alone with SIGKILL leaves
-its run's process to die on its own (its output pipe is gone), unseen by the claim.
+launcher) or the job's task (`experiments.sweep.task`). Killing the holder alone with SIGKILL (not its
+process group) makes the claim stale while its run's process may go on until it fails to write its
+output to the gone pipe: a takeover in that window trains the run twice at once.
 
 A stale claim is taken over one taker at a time: a taker creates `claim.json.takeover` (O_EXCL: a
 mutex held for milliseconds), reads the claim again, removes it only if it is still the one judged

@@ -31,3 +31,18 @@ def test_masking_is_seeded():
     a, b, c = _mask(1, ids), _mask(1, ids), _mask(2, ids)
     assert torch.equal(a[0], b[0]) and torch.equal(a[1], b[1])
     assert not torch.equal(a[1], c[1])
+
+
+def test_an_examples_masks_do_not_depend_on_its_batch():
+    """Masks are drawn per example (keyed by its sample index), so they are the same whichever batch,
+    or whichever of N processes, the example lands in."""
+    ids = torch.randint(4, 50, (4, 64))
+
+    def masks(rows: list[int]) -> tuple[torch.Tensor, torch.Tensor]:
+        generators = [torch.Generator().manual_seed(1000 + i) for i in rows]
+        return mask_tokens(ids[rows], MaskingConfig(), 1, 50, [0, 1, 2, 3], generators)
+
+    together = masks([0, 1, 2, 3])
+    apart = [masks([0, 1]), masks([2, 3])]
+    for k in range(2):
+        assert torch.equal(together[k], torch.cat([apart[0][k], apart[1][k]]))

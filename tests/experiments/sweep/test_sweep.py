@@ -257,3 +257,32 @@ def test_concurrent_sweeps_on_one_folder_train_each_run_once(tmp_path, tiny_spec
     for output in outputs:  # a run left to the other sweep is reported as claimed, never as failed
         assert not [line for line in output.splitlines() if line.startswith("[sweep") and " failed" in line]
         assert output.count("skipping ") == output.count("claimed by ") // 2
+
+
+def test_ddp_sweep_killed_and_resumed_matches_one_process(main_sweep, tiny_spec, tmp_path):
+    """A spec that trains each run on 2 processes (DDP on CPU, half the batch each) runs, survives a
+    SIGKILL mid-run, resumes and reports like any other, with the single-process numbers."""
+    ddp = {"trainer.strategy": "ddp", "trainer.devices": 2, "trainer.accelerator": "cpu", "data.batch_size": 4}
+    spec = tiny_spec(tmp_path / "spec.yaml", more_fixed=ddp, cells=[{"model.arch.pos_encoding": "alibi"}], seeds=[0])
+    out = tmp_path / "out"
+    command = [sys.executable, "cli.py", "sweep", str(spec), "--out", str(out), *THREADS]
+    first = subprocess.Popen(
+        command, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
+    )
+    run_dir = out / "pos_encoding=alibi" / "seed0"
+    deadline = time.monotonic() + 300
+    while not (run_dir / "checkpoints" / "last.ckpt").exists():
+        assert first.poll() is None, "the sweep ended before its first checkpoint"
+        assert time.monotonic() < deadline, "no checkpoint after 300 s"
+        time.sleep(0.02)
+    os.killpg(first.pid, signal.SIGKILL)  # the sweep, its launcher and both training processes
+    first.wait()
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "running", "finished before the kill"
+    assert sweep.main(command[3:]) == 0
+    row = by_run(read_rows(out))[("pos_encoding=alibi", "0")]
+    reference = by_run(read_rows(main_sweep[1]))[("pos_encoding=alibi", "0")]
+    assert row["status"] == "done" and row["steps"] == "12"
+    for metric in METRICS:
+        assert float(row[metric]) == pytest.approx(float(reference[metric]), rel=1e-4), metric
+    assert json.loads((run_dir / "run.json").read_text())["processes"] == 2
+    assert (out / "report.md").exists()
