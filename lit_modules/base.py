@@ -72,7 +72,11 @@ class TaskModule(pl.LightningModule):
             self.model = torch.compile(self.model)
 
     def configure_optimizers(self):
-        optimizer, schedule = build_optimizer(self.model, self.optim, self.trainer.estimated_stepping_batches)
+        # the precision picks AdamW's kernel: Lightning cannot clip a fused AdamW's gradients under *-mixed
+        trainer = self.trainer
+        optimizer, schedule = build_optimizer(
+            self.model, self.optim, trainer.estimated_stepping_batches, precision=trainer.precision
+        )
         return {"optimizer": optimizer, "lr_scheduler": {"scheduler": schedule, "interval": "step"}}
 
     def global_mean(self, total: Tensor, count: Tensor) -> Tensor:

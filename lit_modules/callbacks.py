@@ -16,16 +16,39 @@ import torch
 from .files import write_json_atomic
 
 PACKAGES = ("torch", "torchvision", "lightning", "torchmetrics", "jsonargparse", "tokenizers", "tensorboard")
+REPO = Path(__file__).resolve().parent.parent
+SWEEP_DIR_VAR = "SWEEP_DIR"  # set by the sweep (experiments/sweep/commands.py): its folder holds outputs, not code
 
 
-def git_commit() -> str:
+def git_commit(root: Path = REPO, exclude: tuple[Path | str | None, ...] = ()) -> str:
+    """`HEAD`'s commit, with `-dirty` when the code differs from it (staged, unstaged or untracked files).
+
+    Not code, so not counted (the rule of `experiments.sweep.provenance`, which a test holds equal):
+    folders named `results` (what runs wrote) and the `exclude` folders inside the repository.
+
+    Args:
+        root: the repository.
+        exclude: folders of outputs (the run's own, its sweep's).
+    """
+    specs = [".", ":(exclude,glob)**/results/**"]
+    for folder in exclude:
+        try:
+            inside = Path(folder).resolve().relative_to(root.resolve()).as_posix()
+        except (TypeError, ValueError):  # unset, or outside the repository: nothing to exclude
+            continue
+        if inside != ".":  # the repository itself holds the code too
+            specs.append(f":(exclude){inside}")
+    git = ["git", "--no-optional-locks"]  # no index refresh under its lock: others may be committing
     try:
-        root = Path(__file__).resolve().parent.parent
-        out = subprocess.run(["git", "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
-        dirty = subprocess.run(["git", "status", "--porcelain"], cwd=root, capture_output=True, text=True, timeout=10)
-        return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "") if out.returncode == 0 else "unknown"
+        out = subprocess.run([*git, "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)
+        dirty = subprocess.run(
+            [*git, "status", "--porcelain", "--", *specs], cwd=root, capture_output=True, text=True, timeout=10
+        )
     except (OSError, subprocess.SubprocessError):
         return "unknown"
+    if out.returncode != 0 or dirty.returncode != 0:  # not a repository (or no git): never a false "clean"
+        return "unknown"
+    return out.stdout.strip() + ("-dirty" if dirty.stdout.strip() else "")
 
 
 def package_versions() -> dict[str, str]:
@@ -61,7 +84,7 @@ class RunMetadata(pl.Callback):
         self.info = {
             "status": "running",
             "seed": int(os.environ.get("PL_GLOBAL_SEED", -1)),
-            "git_commit": git_commit(),
+            "git_commit": git_commit(exclude=(self.dir, os.environ.get(SWEEP_DIR_VAR))),
             "packages": package_versions(),
             "data_checksum": getattr(datamodule, "data_checksum", None),
             "threads": torch.get_num_threads(),

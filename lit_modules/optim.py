@@ -20,7 +20,9 @@ class OptimConfig:
         eps: Adam epsilon.
         warmup_steps: linear warmup length; 0 starts at the peak (the Post-Norm/warmup study).
         min_lr_ratio: floor of the cosine decay as a fraction of lr.
-        fused: fused AdamW kernel (exact; one kernel per step instead of a loop over tensors).
+        fused: fused AdamW kernel (exact; one kernel per step instead of a loop over tensors) in
+            full or pure half precision; under mixed precision (`16-mixed`, `bf16-mixed`) the
+            foreach implementation runs instead (see `adamw_kernel`). False: torch's default.
     """
 
     lr: float = 1e-3
@@ -55,9 +57,43 @@ def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: flo
     return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
 
 
-def build_optimizer(model: nn.Module, cfg: OptimConfig, total_steps: int):
+def adamw_kernel(fused: bool, precision: str) -> dict[str, bool]:
+    """AdamW's implementation keywords (`fused`, `foreach`) under a Trainer precision.
+
+    Fused AdamW unscales gradients inside its own step (it sets `_step_supports_amp_scaling`), so
+    Lightning's mixed-precision plugin cannot unscale them before clipping and refuses to clip
+    at all ("does not allow for gradient clipping because it performs unscaling of gradients
+    internally"): every config clips (`gradient_clip_val: 1.0`), so a `*-mixed` run would stop at
+    its first step. There the foreach implementation runs instead: the same update (equal up to
+    float rounding), batched over tensors, and Lightning unscales and clips before it. The choice
+    depends on the precision only, never on the clipping value, so an ablation of clipping does
+    not also change the kernel. Every other precision keeps what `fused` asks for, so
+    full-precision numerics are those of before.
+
+    Args:
+        fused: `OptimConfig.fused`.
+        precision: the Trainer's precision (`trainer.precision`: "32-true", "bf16-mixed", ...).
+    """
+    if fused and str(precision).endswith("-mixed"):
+        return {"fused": False, "foreach": True}
+    return {"fused": fused}
+
+
+def build_optimizer(model: nn.Module, cfg: OptimConfig, total_steps: int, precision: str = "32-true"):
+    """AdamW over `parameter_groups` and the warmup-cosine schedule (stepped once per optimiser step).
+
+    Args:
+        model: the parameters to optimise.
+        cfg: optimiser and schedule.
+        total_steps: length of the schedule.
+        precision: the Trainer's precision, which picks AdamW's implementation (`adamw_kernel`).
+    """
     optimizer = torch.optim.AdamW(
-        parameter_groups(model, cfg.weight_decay), lr=cfg.lr, betas=cfg.betas, eps=cfg.eps, fused=cfg.fused
+        parameter_groups(model, cfg.weight_decay),
+        lr=cfg.lr,
+        betas=cfg.betas,
+        eps=cfg.eps,
+        **adamw_kernel(cfg.fused, precision),
     )
     schedule = torch.optim.lr_scheduler.LambdaLR(
         optimizer, lambda step: warmup_cosine(step, cfg.warmup_steps, total_steps, cfg.min_lr_ratio)

@@ -93,7 +93,7 @@ class Translation(TaskModule):
         metrics["token_acc"].update(logits.flatten(0, 1), target.flatten())
         hypotheses, references = self.decode(batch), list(batch["tgt_text"])
         exact = [float(h.strip() == r.strip()) for h, r in zip(hypotheses, references)]
-        metrics["exact_match"].update(torch.tensor(exact))
+        metrics["exact_match"].update(torch.tensor(exact, device=self.device))
         metrics["bleu"].update(hypotheses, [[r] for r in references])
         metrics["chrf"].update(hypotheses, [[r] for r in references])
         for name, metric in metrics.items():

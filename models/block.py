@@ -6,6 +6,7 @@ from collections.abc import Callable
 
 import torch
 from torch import Tensor, nn
+from torch.utils.checkpoint import checkpoint
 
 from .attention import Attention, KVCache
 from .config import ArchConfig
@@ -75,6 +76,9 @@ class TransformerStack(nn.Module):
         cross_attention: blocks also attend to an encoder's output.
         positional: a scheme to use instead of the one `cfg.pos_encoding` names (ViT's 2-D tables).
         final_norm: end with a norm under pre-norm placement (ViT applies its own after pooling).
+
+    With `cfg.activation_checkpointing`, a training forward keeps only each block's input and
+    recomputes the block in the backward pass.
     """
 
     def __init__(
@@ -91,6 +95,7 @@ class TransformerStack(nn.Module):
         self.embed_norm = build_norm(cfg) if cfg.embedding_norm else nn.Identity()
         self.drop = nn.Dropout(cfg.dropout)
         self.blocks = nn.ModuleList(Block(cfg, cross_attention) for _ in range(cfg.n_layers))
+        self.activation_checkpointing = cfg.activation_checkpointing
         self.final_norm = build_norm(cfg) if final_norm and cfg.norm_placement == "pre" else nn.Identity()
 
     def new_cache(self, max_len: int) -> KVCache:
@@ -142,8 +147,16 @@ class TransformerStack(nn.Module):
             memory_mask=padding_bias(memory_mask, x.dtype),
             cache=cache,
         )
+        # only where a backward will follow: evaluation keeps no activations anyway, and a KV cache
+        # written during the forward would be written again by the recomputation
+        recompute = self.activation_checkpointing and self.training and cache is None and torch.is_grad_enabled()
         for layer, block in enumerate(self.blocks):
-            x = block(x, ctx, layer)
+            if recompute:
+                # non-reentrant: gradients reach the parameters and the shared inputs (memory, T5's
+                # bias table) whatever requires grad; the RNG state is stashed, so dropout replays
+                x = checkpoint(block, x, ctx, layer, use_reentrant=False)
+            else:
+                x = block(x, ctx, layer)
         if cache is not None:
             cache.length += T
         return self.final_norm(x)

@@ -8,6 +8,7 @@ from typing import Any
 
 from experiments.analysis.stats import Comparison, Summary, paired_difference, summarize
 from experiments.sweep.ledger import Ledger, metric_sort_key
+from experiments.sweep.spec import format_value
 from lit_modules.metrics import higher_is_better
 
 PARAMS_TOLERANCE = 0.05  # warn when cells' parameter counts differ by more than this fraction
@@ -56,6 +57,23 @@ class CellResult:
 
 
 @dataclass
+class GroupComparison:
+    """Cells compared within a group that shares the values of the spec's `compare_within` axes.
+
+    Args:
+        axes: the `compare_within` axes.
+        group: their values for this group (`activation=geglu`).
+        reference: the group's cell with the baseline's values on the other axes.
+        comparisons: cell -> metric -> its paired difference from the reference.
+    """
+
+    axes: tuple[str, ...]
+    group: str
+    reference: str
+    comparisons: dict[str, dict[str, Comparison]]
+
+
+@dataclass
 class Analysis:
     """The whole comparison: cells in report order, metrics, the baseline and the main metric."""
 
@@ -65,6 +83,8 @@ class Analysis:
     baseline: str | None
     axes: list[str]
     warnings: list[str]
+    margins: dict[str, float] = field(default_factory=dict)
+    groups: list[GroupComparison] = field(default_factory=list)
 
     def best(self, metric: str) -> str | None:
         scored = [c for c in self.cells if c.summaries[metric].n]
@@ -90,11 +110,14 @@ def analyse(ledger: Ledger, info: dict[str, Any]) -> Analysis:
     main = "val/loss" if "val/loss" in metrics else (metrics[0] if metrics else None)
     baseline = info.get("baseline") if info.get("baseline") in {c.name for c in cells} else None
     base_cell = next((c for c in cells if c.name == baseline), None)
+    margins = {k: float(v) for k, v in (info.get("equivalence_margin") or {}).items()}
     for cell in cells:
         for metric in metrics:
             cell.summaries[metric] = summarize(list(cell.values(metric).values()))
             if base_cell is not None and cell is not base_cell:
-                cell.comparisons[metric] = paired_difference(cell.values(metric), base_cell.values(metric))
+                cell.comparisons[metric] = paired_difference(
+                    cell.values(metric), base_cell.values(metric), margins.get(metric)
+                )
     if main:
         sign = -1 if higher_is_better(main) else 1
         # cells without a value (all diverged or failed) go last, in spec order
@@ -109,4 +132,44 @@ def analyse(ledger: Ledger, info: dict[str, Any]) -> Analysis:
             f"parameter counts differ by {max(params.values()) / min(params.values()) - 1:.1%} between cells "
             f"({low}: {params[low]:,.0f}, {high}: {params[high]:,.0f}); part of a difference may be capacity"
         )
-    return Analysis(cells, metrics, main, baseline, list(info.get("axes", [])), warnings)
+    groups = compare_within(cells, metrics, info, baseline, margins)
+    return Analysis(cells, metrics, main, baseline, list(info.get("axes", [])), warnings, margins, groups)
+
+
+def compare_within(
+    cells: list[CellResult], metrics: list[str], info: dict[str, Any], baseline: str | None, margins: dict[str, float]
+) -> list[GroupComparison]:
+    """The spec's `compare_within` comparisons: in each group of cells sharing the values of those
+    axes, every cell against the group's cell that has the baseline's values on the other axes
+    (ffn_norm's `compare_within: model.arch.activation`: RMSNorm vs LayerNorm per activation)."""
+    within = info.get("compare_within") or []
+    within = [within] if isinstance(within, str) else list(within)
+    overrides = {c["name"]: c["overrides"] for c in info.get("cells", [])}
+    if not within or baseline not in overrides:
+        return []
+    by_name = {c.name: c for c in cells}
+    others = {k: v for k, v in overrides[baseline].items() if k not in within}
+    groups: dict[tuple, list[str]] = {}
+    for name, values in overrides.items():
+        if name in by_name:
+            groups.setdefault(tuple(format_value(values.get(k)) for k in within), []).append(name)
+    labels = {k: k.rsplit(".", 1)[-1] for k in within}
+    out = []
+    for key, names in groups.items():
+        reference = next(
+            (n for n in names if all(format_value(overrides[n].get(k)) == format_value(v) for k, v in others.items())),
+            None,
+        )
+        if reference is None or len(names) < 2:
+            continue
+        group = ",".join(f"{labels[k]}={v}" for k, v in zip(within, key))
+        comparisons = {
+            name: {
+                m: paired_difference(by_name[name].values(m), by_name[reference].values(m), margins.get(m))
+                for m in metrics
+            }
+            for name in names
+            if name != reference
+        }
+        out.append(GroupComparison(tuple(within), group, reference, comparisons))
+    return out

@@ -18,7 +18,7 @@ from typing import Any
 from experiments.analysis import plots
 from experiments.analysis.comparison import Analysis, CellResult, analyse
 from experiments.analysis.events import read_scalars
-from experiments.analysis.stats import CONFIDENCE, PAIRED_TEST
+from experiments.analysis.stats import CONFIDENCE, EQUIVALENCE_TEST, PAIRED_TEST, POWER, Comparison
 from experiments.analysis.tb_summary import write_summary
 from experiments.sweep.ledger import LEDGER_NAME, Ledger
 from lit_modules.metrics import higher_is_better
@@ -26,7 +26,8 @@ from lit_modules.metrics import higher_is_better
 SWEEP_INFO = "sweep.json"
 CSV_COLUMNS = (
     "metric", "higher_is_better", "cell", "rank", "best", "runs", "done", "diverged", "failed", "n", "mean", "std",
-    "ci_low", "ci_high", "diff_vs_baseline", "n_pairs", "p_value", "params", "params_non_embedding", "flops_per_token",
+    "ci_low", "ci_high", "diff_vs_baseline", "n_pairs", "p_value", "diff_ci_low", "diff_ci_high", "mde",
+    "equivalence_margin", "equivalence_p", "params", "params_non_embedding", "flops_per_token",
 )  # fmt: skip
 
 
@@ -47,36 +48,76 @@ def _count(value: float) -> str:
     return f"{value:.0f}"
 
 
+def _diff(c: Comparison | None) -> tuple[str, str, str]:
+    """Δ with its interval, p, and the smallest detectable difference, as table cells."""
+    if c is None or not c.n or not math.isfinite(c.diff):
+        return "n/a", "n/a", "n/a"
+    interval = f" [{c.ci_low:+.4f}, {c.ci_high:+.4f}]" if math.isfinite(c.ci_low) else ""
+    return f"{c.diff:+.4f}{interval} (n={c.n})", _p(c.p_value), _f(c.mde)
+
+
+def _equivalence(c: Comparison | None) -> str:
+    if c is None or not math.isfinite(c.equivalence_p):
+        return "n/a"
+    return f"{_p(c.equivalence_p)} ({'equivalent' if c.equivalent else 'not shown'})"
+
+
 def _row(analysis: Analysis, metric: str, rank: int, cell: CellResult) -> list[str]:
     s = cell.summaries[metric]
     mean = "n/a" if not s.n else f"{_f(s.mean)} ± {_f(s.std)}" if s.n > 1 else _f(s.mean)
     ci = f"[{_f(s.ci_low)}, {_f(s.ci_high)}]" if s.n > 1 else "n/a"
+    margin = metric in analysis.margins
     if cell.name == analysis.baseline:
-        diff, p = "baseline", ""
+        compared = ["baseline", "", ""] + ([""] if margin else [])
     else:
         c = cell.comparisons.get(metric)
-        diff = f"{c.diff:+.4f} (n={c.n})" if c and c.n and math.isfinite(c.diff) else "n/a"
-        p = _p(c.p_value) if c else "n/a"
+        compared = [*_diff(c)] + ([_equivalence(c)] if margin else [])
     mark = "★" if cell.name == analysis.best(metric) else ""
     row = [f"{rank} {mark}".strip() if metric == analysis.main else mark]
-    row += [f"`{cell.name}`", cell.runs_text(), mean, str(s.n), ci, diff, p]
+    row += [f"`{cell.name}`", cell.runs_text(), mean, str(s.n), ci, *compared]
     if metric == analysis.main:
         params = cell.stat("params")
         row += [f"{params:,.0f}" if math.isfinite(params) else "n/a", _count(cell.stat("flops_per_token"))]
     return row
 
 
+def _comparison_head(analysis: Analysis, metric: str) -> list[str]:
+    head = [f"Δ [{CONFIDENCE:.0%} CI]", "p", f"MDE ({POWER:.0%})"]
+    if metric in analysis.margins:
+        head.append(f"TOST p (±{analysis.margins[metric]:g})")
+    return head
+
+
 def metric_table(analysis: Analysis, metric: str) -> str:
-    """A Markdown table of one metric: every cell's mean ± std, n, CI and difference from the
-    baseline; the main metric's table also ranks the cells and gives parameters and FLOPs."""
+    """A Markdown table of one metric: every cell's mean ± std, n, CI and paired difference from the
+    baseline (with its interval, p, the smallest detectable difference and, with a margin, the
+    equivalence test); the main metric's table also ranks the cells and gives parameters and FLOPs."""
     main = metric == analysis.main
-    head = ["rank" if main else "", "cell", "runs", "mean ± std", "n", f"{CONFIDENCE:.0%} CI", "Δ vs baseline", "p"]
+    head = ["rank" if main else "", "cell", "runs", "mean ± std", "n", f"{CONFIDENCE:.0%} CI"]
+    head += _comparison_head(analysis, metric)
     head += ["params", "FLOPs/token"] if main else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += [
         "| " + " | ".join(_row(analysis, metric, rank, cell)) + " |" for rank, cell in enumerate(analysis.cells, 1)
     ]
     return "\n".join(lines)
+
+
+def group_tables(analysis: Analysis, metric: str) -> str:
+    """The `compare_within` comparisons of one metric: each group's cells against the group's reference."""
+    if not analysis.groups:
+        return ""
+    head = ["group", "cell", "vs", *_comparison_head(analysis, metric)]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for group in analysis.groups:
+        for name, by_metric in group.comparisons.items():
+            c = by_metric.get(metric)
+            extra = [_equivalence(c)] if metric in analysis.margins else []
+            cells = [group.group, f"`{name}`", f"`{group.reference}`", *_diff(c), *extra]
+            lines.append("| " + " | ".join(cells) + " |")
+    axes = ", ".join(f"`{a}`" for a in analysis.groups[0].axes)
+    title = f"Within groups of {axes} (each cell vs the group's cell with the baseline's other values):"
+    return title + "\n\n" + "\n".join(lines)
 
 
 def tables_markdown(analysis: Analysis) -> str:
@@ -86,7 +127,8 @@ def tables_markdown(analysis: Analysis) -> str:
     for metric in metrics:
         direction = "higher is better" if higher_is_better(metric) else "lower is better"
         title = f"### {metric} ({direction}){' — main metric' if metric == analysis.main else ''}"
-        parts.append(f"{title}\n\n{metric_table(analysis, metric)}")
+        groups = group_tables(analysis, metric)
+        parts.append(f"{title}\n\n{metric_table(analysis, metric)}" + (f"\n\n{groups}" if groups else ""))
     return "\n\n".join(parts)
 
 
@@ -144,6 +186,8 @@ def csv_rows(analysis: Analysis, axis_values: dict[str, dict[str, Any]]) -> list
             }
             if c is not None:
                 row |= {"diff_vs_baseline": _num(c.diff), "n_pairs": c.n, "p_value": _num(c.p_value)}
+                row |= {"diff_ci_low": _num(c.ci_low), "diff_ci_high": _num(c.ci_high), "mde": _num(c.mde)}
+                row |= {"equivalence_margin": _num(c.margin), "equivalence_p": _num(c.equivalence_p)}
             counts = {k: cell.stat(k) for k in ("params", "params_non_embedding", "flops_per_token")}
             row |= {k: f"{v:.0f}" if math.isfinite(v) else "" for k, v in counts.items()}
             rows.append(row)
@@ -159,7 +203,47 @@ def write_csv(path: Path, analysis: Analysis, axis_values: dict[str, dict[str, A
 
 
 def header_markdown(out_dir: Path, info: dict[str, Any], ledger: Ledger, analysis: Analysis) -> str:
-    """The report's opening: what was run, how many runs ended how, how to read the tables, warnings."""
+    """The report's opening: what was run, how many runs ended how, the code (git commit) behind every
+    cell, how to read the tables, warnings.
+
+    Cells compared on different code (several commits, any run from a dirty tree, a run without a
+    commit) get a warning, added to `analysis.warnings` too, so that the sweep prints it at its end.
+    """
+    from experiments.sweep.ledger import read_run_json
+
+    # each run's code: the ledger's git_commit, else (ledgers older than that column) its own run.json
+    code: dict[str, list[str]] = {}
+    for cell in analysis.cells:
+        for row in cell.rows:
+            run_dir = out_dir / cell.name / f"seed{row['seed']}"
+            commit = row.get("git_commit") or read_run_json(run_dir).get("git_commit")
+            code.setdefault(cell.name, []).append(str(commit or "unknown"))
+    runs = [commit for commits in code.values() for commit in commits]
+    shown = {commit: commit[:12] + ("-dirty" if commit.endswith("-dirty") else "") for commit in runs}
+    if len(set(runs)) == 1:
+        lines = [f"- code: every run at git commit `{shown[runs[0]]}`"]
+    else:
+        lines = ["- code: each cell's runs by git commit"]
+        for cell, commits in code.items():
+            counts = ", ".join(f"`{shown[c]}` ×{commits.count(c)}" for c in dict.fromkeys(commits))
+            lines.append(f"  - `{cell}`: {counts}")
+    problems = []
+    distinct = sorted({c.removesuffix("-dirty") for c in runs if c != "unknown"})
+    if len(distinct) > 1:
+        problems.append(f"{len(distinct)} commits ({', '.join(f'`{c[:12]}`' for c in distinct)})")
+    dirty = sum(c.endswith("-dirty") for c in runs)
+    if dirty:
+        patch = "uncommitted changes; a sweep keeps their patch in the run's `git.diff`"
+        problems.append(f"{dirty} of {len(runs)} runs from a dirty tree ({patch})")
+    if "unknown" in runs:
+        problems.append(f"{runs.count('unknown')} of {len(runs)} runs with no recorded commit")
+    if problems:
+        warning = (
+            f"the runs compared may not have run the same code: {'; '.join(problems)}. Part of a difference may "
+            "be a change of code; re-run them from one clean commit (a spec's `require_clean: true` ensures it)."
+        )
+        if warning not in analysis.warnings:
+            analysis.warnings.append(warning)
     statuses = [r["status"] for r in ledger.rows.values()]
     counts = ", ".join(f"{statuses.count(s)} {s}" for s in ("done", "diverged", "failed") if statuses.count(s))
     header = [
@@ -168,10 +252,14 @@ def header_markdown(out_dir: Path, info: dict[str, Any], ledger: Ledger, analysi
         f"- spec: `{info.get('spec', '?')}`; base: {', '.join(f'`{b}`' for b in info.get('base', [])) or '?'}",
         f"- fixed: `{json.dumps(info.get('fixed', {}))}`; seeds: {info.get('seeds', '?')}",
         f"- runs: {len(statuses)} ({counts or 'none'}); baseline: `{analysis.baseline or 'none'}`",
+        *(lines if runs else []),
         (
             "- statistics over `done` runs only (diverged and failed runs are counted in *runs*, not averaged): "
             f"mean ± sample std, n, {CONFIDENCE:.0%} CI from Student's t; Δ = cell − baseline, paired by seed, "
-            f"p from a {PAIRED_TEST}; n/a below 2 values. ★ best (by mean) per metric."
+            f"with its {CONFIDENCE:.0%} CI; p from a {PAIRED_TEST}; MDE: the smallest true Δ these seeds detect "
+            f"with {POWER:.0%} power at α = {1 - CONFIDENCE:.2g} (a null result says nothing about smaller ones)"
+            + (f"; TOST: {EQUIVALENCE_TEST}, equivalent when p < {1 - CONFIDENCE:.2g}" if analysis.margins else "")
+            + "; n/a below 2 values. ★ best (by mean) per metric."
         ),
     ]
     header += [f"\n> **Warning:** {w}" for w in analysis.warnings]

@@ -9,6 +9,7 @@ Sections (each a module of this package with `run(ctx) -> Section`):
   vit         suite ViT vs timm VisionTransformer
   sweeps      two single-thread processes vs one two-thread process; the best `--jobs`
   data        share of step time spent waiting for the text DataModule
+  checkpointing  peak memory and time of a training step with and without activation checkpointing, by depth
 
 The run prints a markdown report (targets with PASS/FAIL first) and writes it, with a JSON copy
 holding every sample, to `--out` (default experiments/bench/results/): bench.md and bench.json,
@@ -48,8 +49,9 @@ SECTIONS = {
     "vit": "experiments.bench.vit",
     "sweeps": "experiments.bench.sweeps",
     "data": "experiments.bench.data",
+    "checkpointing": "experiments.bench.checkpointing",
 }
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results" / "bench"
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"  # experiments/bench/results/, as documented
 
 
 def parse_args(argv: list[str]) -> argparse.Namespace:

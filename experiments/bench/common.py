@@ -76,6 +76,8 @@ class Settings:
     sweep_steps: int = 2
     # data loading: steps timed
     data_steps: int = 20
+    # activation checkpointing: depths of the GPT (the training section's other dimensions)
+    ckpt_depths: tuple[int, ...] = (2, 4, 8)
 
     def arch(self, **overrides) -> ArchConfig:
         fields = {
@@ -118,6 +120,7 @@ SMOKE = replace(
     vit_batch=4,
     sweep_steps=1,
     data_steps=2,
+    ckpt_depths=(1, 2),
 )
 
 

@@ -28,7 +28,7 @@ from .common import TrainStep
 from .tables import Table
 from .timing import interleaved, machine_info, matmul_peak_flops, ratio_range
 
-DEFAULT_OUT = Path(__file__).resolve().parents[1] / "results" / "bench"
+DEFAULT_OUT = Path(__file__).resolve().parent / "results"  # experiments/bench/results/, as documented
 SHAPES = {
     "full": {"vocab": 50304, "d_model": 768, "n_layers": 12, "n_heads": 12, "seq": 1024, "peak_size": 8192},
     "smoke": {"vocab": 64, "d_model": 32, "n_layers": 1, "n_heads": 2, "seq": 16, "peak_size": 256},

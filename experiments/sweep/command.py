@@ -6,8 +6,11 @@ the suite's parser before the first starts, runs them (resuming interrupted ones
 checkpoint, skipping finished ones and ones another live process has claimed), keeps
 `DIR/results.csv`, and ends with the report. `--launcher` says what runs them (`experiments.sweep.launchers`).
 
+A dirty git tree is named at start and its patch kept with every run (`experiments.sweep.provenance`);
+a spec with `require_clean: true` refuses it.
+
 Exit status: the number of failed runs (0 when every run is done or diverged, or left to another
-process; capped at 125); 2 for a spec that cannot run; 130 when interrupted.
+process; capped at 125); 2 for a spec that cannot run (or a dirty tree it refuses); 130 when interrupted.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.analysis.report import SWEEP_INFO, build_report
+from experiments.sweep import provenance
 from experiments.sweep.claims import describe, read_claim
 from experiments.sweep.commands import Run, available_cores, make_runs
 from experiments.sweep.launchers import LAUNCHERS, run_local, slurm_parameters, slurm_threads, submit_slurm
@@ -28,7 +32,7 @@ from experiments.sweep.ledger import FINISHED, LEDGER_NAME, Ledger
 from experiments.sweep.processes import terminate_as_interrupt
 from experiments.sweep.resources import threads_per_process
 from experiments.sweep.runner import plan, run_sweep
-from experiments.sweep.spec import Spec, SpecError, load_spec
+from experiments.sweep.spec import ROOT, Spec, SpecError, load_spec
 from experiments.sweep.validate import CheckedCell, check_spec
 from lit_modules.files import write_json_atomic
 
@@ -48,6 +52,40 @@ def check_same_sweep(out_dir: Path, spec: Spec) -> None:
             f"{out_dir} holds a sweep with different {', '.join(changed)} (see {path}); "
             "use another --out, or delete the folder to start over"
         )
+
+
+def check_tree(spec: Spec, out_dir: Path, dry_run: bool) -> None:
+    """Says at start which uncommitted changes the runs will carry (each run keeps their patch in its
+    `git.diff`; the ledger's `git_commit` ends in `-dirty`), and refuses them when the spec sets
+    `require_clean: true` (a dry run runs nothing: it only says so).
+
+    Raises:
+        SpecError: `require_clean` and a dirty tree, or no git repository to check.
+    """
+    state = provenance.git_state(ROOT, [out_dir])
+    if state is None:
+        if spec.require_clean and not dry_run:
+            raise SpecError(f"{spec.path} sets require_clean: true, but {ROOT} has no git commit to check (or no git)")
+        print(f"warning: {ROOT} is not a git repository with a commit: the runs record no commit", file=sys.stderr)
+        return
+    if not state.dirty:
+        return
+    files = (
+        f"has {len(state.changes)} uncommitted change(s) (git status --porcelain; changes in results folders "
+        f"and in the sweep's folder are outputs, not counted):\n{state.describe()}"
+    )
+    if spec.require_clean and not dry_run:
+        raise SpecError(
+            f"{spec.path} sets require_clean: true, but the git tree at {ROOT} {files}\n"
+            "Commit them (git add ... && git commit), then run the sweep again: its runs will record a clean commit."
+        )
+    refused = "\na real run of this spec refuses to start (require_clean: true)" if spec.require_clean else ""
+    print(
+        f"warning: the git tree at {ROOT} {files}\nthe runs will carry them: each run's folder keeps the patch "
+        f"(git.diff), results.csv records git_commit {state.label}; commit them for runs that the "
+        f"commit alone reproduces (a spec's require_clean: true enforces it){refused}",
+        file=sys.stderr,
+    )
 
 
 def supersede(out_dir: Path, ledger: Ledger, runs: list[Run], cells: list[str]) -> Path | None:
@@ -170,6 +208,7 @@ def main(argv: list[str]) -> int:
         checked = check_spec(spec)
         out_dir = (args.out or Path("runs") / spec.path.stem).resolve()
         check_same_sweep(out_dir, spec)
+        check_tree(spec, out_dir, args.dry_run)
         threads = run_threads(args, spec, checked)
         parameters = check_launcher(args, spec, checked, threads)
     except SpecError as err:

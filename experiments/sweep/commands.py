@@ -1,6 +1,6 @@
 """The command line of every run of a sweep: an ordinary `cli.py fit`, logging into its own folder.
 
-DIR/<cell>/seed<k>/          TensorBoard events, config.yaml, run.json, run.log
+DIR/<cell>/seed<k>/          TensorBoard events, config.yaml, run.json, run.log; git.diff from a dirty tree
 DIR/<cell>/seed<k>/checkpoints/last.ckpt   resumption point, every `checkpoint_every` steps
 """
 
@@ -20,6 +20,8 @@ if TYPE_CHECKING:  # validate imports Lightning: a scheduler job that only runs 
     from experiments.sweep.validate import CheckedCell
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # torch sets its intra-op threads from these
+# the sweep's folder, for `RunMetadata`: what runs write there is not a change of the code (`git_commit`)
+SWEEP_DIR_VAR = "SWEEP_DIR"
 
 
 def available_cores() -> int:
@@ -53,16 +55,20 @@ class Run:
     def checkpoint(self) -> Path:
         return self.dir / "checkpoints" / "last.ckpt"
 
+    @property
+    def sweep_dir(self) -> Path:
+        return self.dir.parent.parent  # DIR of DIR/<cell>/seed<k>
+
     def argv(self, resume: bool = False) -> list[str]:
         resume_args = [f"--ckpt_path={self.checkpoint}"] if resume else []
         return [sys.executable, "cli.py", "fit", *self.args, *resume_args]
 
     def env(self) -> dict[str, str]:
-        return {var: str(self.threads) for var in THREAD_VARS}
+        return {var: str(self.threads) for var in THREAD_VARS} | {SWEEP_DIR_VAR: str(self.sweep_dir)}
 
     def shell(self, resume: bool = False) -> str:
         """The same run as one shell line (what `--dry-run` prints, e.g. for a SLURM array)."""
-        env = " ".join(f"{k}={v}" for k, v in self.env().items())
+        env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env().items())
         return f"cd {shlex.quote(str(ROOT))} && {env} {shlex.join(self.argv(resume))}"
 
     def to_json(self) -> str:

@@ -25,7 +25,7 @@ LEDGER_NAME = "results.csv"
 FINISHED = ("done", "diverged")  # a run in either state is never run again
 HEAD = ("cell", "seed", "status")
 STATS = ("steps", "diverged_at_step", "wall_time_s", "params", "params_non_embedding", "flops_per_token")
-TAIL = ("error",)
+TAIL = ("git_commit", "error")  # git_commit: the run's code, from run.json (`-dirty`: see its git.diff)
 RUN_STATS = ("params", "params_non_embedding", "flops_per_token")  # copied from run.json
 
 
@@ -60,7 +60,8 @@ def collect_row(
 ) -> dict[str, str]:
     """A ledger row from what the run left in its folder: `run.json` and the event files.
 
-    Metrics: the last finite value of every `val/*` scalar and the last `train/loss`.
+    Metrics: the last finite value of every `val/*` scalar and the last `train/loss`; `git_commit` as the
+    run recorded it (`-dirty` when its tree had uncommitted changes; empty when it never reached fit).
 
     Args:
         run_dir: `DIR/<cell>/seed<k>`.
@@ -88,6 +89,7 @@ def collect_row(
             row[tag] = _number(scalars.last(tag, finite=True))
     if "train/loss" in scalars.curves:
         row["train/loss"] = _number(scalars.last("train/loss"))
+    row["git_commit"] = str(info.get("git_commit", ""))
     row["error"] = error
     return row
 

@@ -26,6 +26,7 @@ from experiments.sweep.claims import CLAIM_NAME, Claimed, acquire
 from experiments.sweep.commands import Run
 from experiments.sweep.ledger import FINISHED, Ledger, collect_row, read_run_json
 from experiments.sweep.processes import Processes, tee
+from experiments.sweep.provenance import record_attempt
 
 Action = Literal["skip", "collect", "resume", "start"]
 OUTCOME_NAME = "outcome.json"  # a failed attempt of a scheduler job (the pool records its outcomes itself)
@@ -117,7 +118,8 @@ def run_outcome(run: Run, returncode: int, output: str) -> Outcome:
 
 def prepare(run: Run, action: Action) -> None:
     """Readies the run's folder for an attempt: a `start` clears what an attempt without a checkpoint
-    left (its stale events would join the curves), keeping the log and the claim.
+    left (its stale events would join the curves), keeping the log and the claim; a dirty tree's
+    patch goes to `git.diff` (`experiments.sweep.provenance`).
 
     Args:
         run: the run (its claim held by this process).
@@ -130,6 +132,7 @@ def prepare(run: Run, action: Action) -> None:
     run.dir.mkdir(parents=True, exist_ok=True)
     for name in (OUTCOME_NAME, SUBMITTED_NAME):  # the last attempt's; this one has started
         (run.dir / name).unlink(missing_ok=True)
+    record_attempt(run.dir, run.sweep_dir, action)
 
 
 def attempt(run: Run, action: Action, echo: bool, procs: Processes, log_name: str = "run.log") -> Outcome:

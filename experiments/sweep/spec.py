@@ -12,6 +12,7 @@ A spec is YAML (a study's specs live in `experiments/studies/<study>/`)::
     baseline: {model.arch.pos_encoding: learned}           # or a cell name; default: the first cell
     checkpoint_every: 100                                  # steps between resumable checkpoints
     launcher: {partition: gpu, timeout_min: 240}           # resources of `--launcher slurm` jobs (optional)
+    require_clean: true                                    # refuse to start from uncommitted code (optional)
 
 This module only reads and expands the file (no torch); `experiments.sweep.validate` checks the values
 against the suite's own parser.
@@ -32,6 +33,10 @@ import yaml
 ROOT = Path(__file__).resolve().parents[2]  # runs start here: spec paths are relative to it
 
 SPEC_KEYS = ("extends", "base", "fixed", "grid", "cells", "seeds", "baseline", "checkpoint_every", "launcher")
+# read by the report only (experiments/analysis): equivalence margins per metric, groups to compare within
+ANALYSIS_KEYS = ("equivalence_margin", "compare_within")
+SPEC_KEYS += ANALYSIS_KEYS
+SPEC_KEYS += ("require_clean",)  # refuse to start from a dirty git tree (experiments/sweep/provenance.py)
 # the `launcher:` block: resources of each job of `--launcher slurm` (and `local`: timeout_min, gpus_per_node);
 # nodes and tasks per node come from each run's trainer.num_nodes and trainer.devices
 LAUNCHER_KEYS: dict[str, tuple[type, ...]] = {
@@ -83,6 +88,10 @@ class Spec:
         baseline: name of the cell the others are compared with.
         checkpoint_every: training steps between checkpoints (resumption granularity).
         launcher: the `launcher:` block (scheduler resources), validated; {} when absent.
+        analysis: `equivalence_margin` (metric -> margin: a TOST equivalence test against it) and
+            `compare_within` (axes: each group of cells sharing their values is compared within itself),
+            validated; {} when absent.
+        require_clean: refuse to start from a git tree with uncommitted changes.
     """
 
     path: Path
@@ -94,6 +103,8 @@ class Spec:
     baseline: str
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY
     launcher: dict[str, Any] = field(default_factory=dict)
+    analysis: dict[str, Any] = field(default_factory=dict)
+    require_clean: bool = False
     cell_by_name: dict[str, Cell] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -110,7 +121,9 @@ class Spec:
             "seeds": list(self.seeds),
             "baseline": self.baseline,
             "checkpoint_every": self.checkpoint_every,
-        } | ({"launcher": self.launcher} if self.launcher else {})  # only when set: older sweeps' files match
+        } | ({"launcher": self.launcher} if self.launcher else {}) | self.analysis | (
+            {"require_clean": True} if self.require_clean else {}
+        )  # only when set: older files match
 
 
 def format_value(value: Any) -> str:
@@ -190,6 +203,32 @@ def _expand(raw: Mapping[str, Any]) -> tuple[tuple[str, ...], list[Cell]]:
     axes = tuple(dict.fromkeys(k for _, o in overrides for k in o))
     labels = _labels(list(axes))
     return axes, [Cell(name or cell_name(o, labels), o) for name, o in overrides]
+
+
+def _analysis(raw: Mapping[str, Any], axes: tuple[str, ...]) -> dict[str, Any]:
+    """The report's options, checked: `equivalence_margin` maps `val/*` metrics to positive margins;
+    `compare_within` names one axis or a list of axes of this spec (fewer than all of them)."""
+    out: dict[str, Any] = {}
+    margins = raw.get("equivalence_margin")
+    if margins is not None:
+        if not isinstance(margins, Mapping) or not margins:
+            raise SpecError(f"equivalence_margin: needs a mapping of metrics to margins, got {margins!r}")
+        for metric, margin in margins.items():
+            if not (isinstance(metric, str) and metric.startswith("val/")):
+                raise SpecError(f"equivalence_margin: {metric!r} is not a validation metric (val/...)")
+            if isinstance(margin, bool) or not isinstance(margin, (int, float)) or margin <= 0:
+                raise SpecError(f"equivalence_margin.{metric}: needs a positive number, got {margin!r}")
+        out["equivalence_margin"] = dict(margins)
+    within = raw.get("compare_within")
+    if within is not None:
+        names = [within] if isinstance(within, str) else within
+        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
+            raise SpecError(f"compare_within: needs an axis or a list of axes, got {within!r}")
+        unknown = [n for n in names if n not in axes]
+        if unknown or len(names) >= len(axes):
+            raise SpecError(f"compare_within: {names} must be some, not all, of the spec's axes {list(axes)}")
+        out["compare_within"] = names
+    return out
 
 
 def _launcher(value: Any) -> dict[str, Any]:
@@ -307,6 +346,9 @@ def load_spec(path: str | Path) -> Spec:
     every = raw.get("checkpoint_every", DEFAULT_CHECKPOINT_EVERY)
     if not isinstance(every, int) or every < 1:
         raise SpecError(f"checkpoint_every: needs a positive number of steps, got {every!r}")
+    require_clean = raw.get("require_clean", False)
+    if not isinstance(require_clean, bool):
+        raise SpecError(f"require_clean: needs true or false, got {require_clean!r}")
 
     return Spec(
         path=path,
@@ -318,4 +360,6 @@ def load_spec(path: str | Path) -> Spec:
         baseline=_baseline(raw.get("baseline"), cells),
         checkpoint_every=every,
         launcher=_launcher(raw.get("launcher")),
+        analysis=_analysis(raw, axes),
+        require_clean=require_clean,
     )

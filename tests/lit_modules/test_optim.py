@@ -3,7 +3,7 @@ import math
 import pytest
 import torch
 
-from lit_modules.optim import OptimConfig, build_optimizer, parameter_groups, warmup_cosine
+from lit_modules.optim import OptimConfig, adamw_kernel, build_optimizer, parameter_groups, warmup_cosine
 from models import GPT, ArchConfig, ViT
 
 
@@ -54,3 +54,41 @@ def test_schedule_drives_lr():
         optimizer.step()
         schedule.step()
     assert lrs[:4] == pytest.approx([0.25, 0.5, 0.75, 1.0])
+
+
+@pytest.mark.parametrize(
+    "precision, fused, foreach",
+    [
+        ("32-true", True, None),  # full precision: the fused kernel, as before
+        ("64-true", True, None),
+        ("bf16-true", True, None),
+        ("bf16-mixed", False, True),  # Lightning unscales and clips before a foreach step, not a fused one
+        ("16-mixed", False, True),
+    ],
+)
+def test_adamw_kernel_follows_the_precision(precision, fused, foreach):
+    optimizer, _ = build_optimizer(torch.nn.Linear(4, 4), OptimConfig(), total_steps=10, precision=precision)
+    assert (optimizer.defaults["fused"], optimizer.defaults["foreach"]) == (fused, foreach)
+    assert getattr(optimizer, "_step_supports_amp_scaling", False) is fused  # what Lightning's clipping refuses
+
+
+@pytest.mark.parametrize("precision", ["32-true", "bf16-mixed"])
+def test_unfused_config_keeps_torch_default(precision):
+    assert adamw_kernel(False, precision) == {"fused": False}
+
+
+def test_default_precision_is_full_and_foreach_matches_fused():
+    torch.manual_seed(0)
+    fused_model, foreach_model = torch.nn.Linear(8, 8), torch.nn.Linear(8, 8)
+    foreach_model.load_state_dict(fused_model.state_dict())
+    fused, _ = build_optimizer(fused_model, OptimConfig(warmup_steps=0), total_steps=10)
+    assert fused.defaults["fused"] is True
+    foreach, _ = build_optimizer(foreach_model, OptimConfig(warmup_steps=0), total_steps=10, precision="bf16-mixed")
+    x = torch.randn(4, 8)
+    for _ in range(3):
+        for model, optimizer in ((fused_model, fused), (foreach_model, foreach)):
+            model(x).square().mean().backward()
+            optimizer.step()
+            optimizer.zero_grad()
+    # the same update up to float rounding: only the kernel differs
+    torch.testing.assert_close(foreach_model.state_dict(), fused_model.state_dict())

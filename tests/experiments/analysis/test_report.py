@@ -7,9 +7,12 @@ import json
 
 import numpy as np
 import pytest
+import yaml
 from scipy import stats
 
 from experiments.analysis import report
+from experiments.analysis.stats import paired_difference
+from experiments.sweep.spec import SpecError, load_spec
 
 SEEDS = [0, 1, 2, 3, 4]
 RNG = np.random.default_rng(0)
@@ -96,3 +99,64 @@ def test_markdown_counts_outcomes_and_warns(sweep_dir):
     main_table = text.split("### val/loss (lower")[1].split("###")[0]
     assert main_table.index("`rms`") < main_table.index("`ln`") < main_table.index("`one`")
     assert list((sweep_dir / "_summary").rglob("events.out.tfevents.*"))
+
+
+def test_paired_interval_power_and_equivalence_match_scipy():
+    """The paired difference's CI, the smallest detectable difference and TOST, each computed here
+    independently with scipy."""
+    rng = np.random.default_rng(1)
+    base = {s: 2.0 + 0.05 * rng.standard_normal() for s in range(6)}
+    cell = {s: v + 0.004 + 0.006 * rng.standard_normal() for s, v in base.items()}
+    c = paired_difference(cell, base, margin=0.02)
+    d = np.array([cell[s] - base[s] for s in range(6)])
+    ci = stats.ttest_rel(list(cell.values()), list(base.values())).confidence_interval(0.95)
+    assert (c.ci_low, c.ci_high) == pytest.approx((ci.low, ci.high), rel=1e-9)
+    tost = max(stats.ttest_1samp(d, -0.02, alternative="greater").pvalue,
+               stats.ttest_1samp(d, 0.02, alternative="less").pvalue)  # fmt: skip
+    assert c.equivalence_p == pytest.approx(tost, rel=1e-9) and c.equivalent == (tost < 0.05)
+    # power of the paired t-test at the MDE, by the noncentral t: about 80%
+    se = d.std(ddof=1) / np.sqrt(6)
+    crit = stats.t.ppf(0.975, 5)
+    power = 1 - stats.nct.cdf(crit, 5, c.mde / se) + stats.nct.cdf(-crit, 5, c.mde / se)
+    assert 0.75 < power < 0.85
+    assert np.isnan(paired_difference(cell, base).equivalence_p)  # no margin, no test
+
+
+def test_compare_within_groups_and_margins_reach_the_report(sweep_dir):
+    """`compare_within` compares cells inside each group of an axis; the spec's margin adds TOST columns."""
+    info = json.loads((sweep_dir / "sweep.json").read_text())
+    cells = [{"name": f"{act},{norm}", "overrides": {"act": act, "norm": norm}}
+             for act in ("relu", "gelu") for norm in ("ln", "rms")]  # fmt: skip
+    rows = []
+    for i, c in enumerate(cells):
+        for seed in (0, 1, 2):
+            loss = 2.0 + 0.1 * (c["overrides"]["act"] == "gelu") + 0.01 * i * seed + 0.001 * seed
+            rows.append({"cell": c["name"], "seed": seed, "status": "done", "val/loss": loss})
+    with (sweep_dir / "results.csv").open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=["cell", "seed", "status", "val/loss"])
+        writer.writeheader()
+        writer.writerows(rows)
+    info |= {"cells": cells, "baseline": "relu,ln", "axes": ["act", "norm"], "compare_within": ["act"],
+             "equivalence_margin": {"val/loss": 0.05}}  # fmt: skip
+    (sweep_dir / "sweep.json").write_text(json.dumps(info))
+    report.main([str(sweep_dir)])
+    text = (sweep_dir / "report.md").read_text()
+    assert "TOST p (±0.05)" in text and "Within groups of `act`" in text
+    assert "| act=gelu | `gelu,rms` | `gelu,ln` |" in text and "| act=relu | `relu,rms` | `relu,ln` |" in text
+
+
+@pytest.mark.parametrize(
+    "entries, expected",
+    [
+        ({"equivalence_margin": {"val/loss": -1}}, "positive number"),
+        ({"equivalence_margin": {"train/loss": 0.1}}, "not a validation metric"),
+        ({"compare_within": "model.arch.nope"}, "some, not all, of the spec's axes"),
+        ({"compare_within": ["model.arch.norm", "model.arch.activation"]}, "some, not all"),
+    ],
+)
+def test_analysis_keys_are_validated(tmp_path, entries, expected):
+    grid = {"model.arch.norm": ["layernorm", "rmsnorm"], "model.arch.activation": ["relu", "gelu"]}
+    path = tmp_path / "spec.yaml"
+    path.write_text(yaml.safe_dump({"base": ["configs/gpt/base.yaml"], "grid": grid} | entries))
+    with pytest.raises(SpecError, match=expected):
+        load_spec(path)

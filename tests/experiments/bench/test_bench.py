@@ -2,6 +2,7 @@
 
 import copy
 import json
+from pathlib import Path
 from typing import get_args
 
 import pytest
@@ -118,3 +119,19 @@ def test_train_step_is_the_suite_optimizer_step():
     assert step.optimizer.param_groups[0]["lr"] == optimizer.param_groups[0]["lr"] < 1e-2
     with pytest.raises(ValueError):
         TrainStep(model, optim, optimizer=torch.optim.SGD(model.parameters(), lr=0.1))
+
+
+def test_results_go_to_the_committed_folder():
+    results = Path(bench.__file__).resolve().parent / "results"  # experiments/bench/results/, as the docs say
+    assert bench.DEFAULT_OUT == gpu.DEFAULT_OUT == results
+    assert (results / "bench.md").is_file()
+
+
+def test_checkpointing_section_compares_the_same_model(smoke_report):
+    _, out = smoke_report
+    report = json.loads((out / "bench-smoke.json").read_text())
+    section = next(s for s in report["sections"] if s["key"] == "checkpointing")
+    assert [int(d) for d in section["data"]["depths"]] == list(bench.common.SMOKE.ckpt_depths)
+    for depth in section["data"]["depths"].values():
+        assert depth["same_first_loss"] is True
+        assert set(depth["peak_bytes"]) == {"plain", "checkpointed"} and min(depth["peak_bytes"].values()) > 0

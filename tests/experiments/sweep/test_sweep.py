@@ -8,6 +8,7 @@ import csv
 import json
 import math
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -107,6 +108,18 @@ def test_sweep_writes_ledger_report_and_plots(main_sweep):
     with (out / "report.csv").open(newline="") as f:
         assert {r["metric"] for r in csv.DictReader(f)} >= {"val/loss", "val/loss@32"}
     assert list((out / "_summary").rglob("events.out.tfevents.*"))
+
+
+def test_sweep_records_each_runs_code(main_sweep):
+    """The ledger's git_commit is the run's own (run.json), and a dirty one has its patch beside it (this
+    tree may be clean or dirty: tests/experiments/sweep/test_provenance.py makes both on a temporary repo)."""
+    _, out = main_sweep
+    for (cell, seed), row in by_run(read_rows(out)).items():
+        run_dir = out / cell / f"seed{seed}"
+        assert row["git_commit"] == json.loads((run_dir / "run.json").read_text())["git_commit"]
+        assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", row["git_commit"]), row["git_commit"]
+        assert (run_dir / "git.diff").exists() == row["git_commit"].endswith("-dirty")
+    assert "- code: every run at git commit" in (out / "report.md").read_text()
 
 
 def test_killed_sweep_resumes_to_same_results(main_sweep, killed_sweep):
