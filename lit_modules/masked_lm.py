@@ -103,9 +103,8 @@ class MaskedLM(TaskModule):
         if dataloader_idx:  # text data offers extra lengths for causal LMs; MLM scores the first
             return
         logits, labels = self._step(batch, split=1)
-        selected = labels != IGNORE_INDEX
-        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX, reduction="sum")
-        self.val_loss.update(loss / selected.sum().clamp_min(1), weight=selected.sum())
+        loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
+        self.val_loss.update(loss, weight=(labels != IGNORE_INDEX).sum())
         self.val_acc.update(logits.flatten(0, 1), labels.flatten())
         self.log("val/loss", self.val_loss, prog_bar=True, add_dataloader_idx=False)
         self.log("val/acc", self.val_acc, add_dataloader_idx=False)
