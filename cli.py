@@ -6,6 +6,7 @@
                                [--retry-failed] [--rerun CELL ...]
     python cli.py report DIR
     python cli.py bench [--smoke] [--sections a,b] [--compile]
+    python cli.py export --config RUN/config.yaml --ckpt_path CKPT --out DIR   the transformers / timm equivalent
 """
 
 from __future__ import annotations
@@ -19,6 +20,8 @@ TOOLS = {
     "sweep": "experiments.sweep.command",
     "report": "experiments.analysis.report",
     "bench": "experiments.bench",
+    "export": "lit_modules.export",
+    "samples": "experiments.samples",
 }
 
 

@@ -1,17 +1,20 @@
-"""Suite models from reference implementations: `from_reference(module)` copies the weights.
+"""Suite models from reference implementations and back: `from_reference(module)` copies a reference's
+weights into the equivalent suite model, `to_reference(model)` a suite model's into the equivalent
+reference.
 
 Supported references (Hugging Face transformers and timm), one module each:
-  GPT2LMHeadModel (`gpt2`), LlamaForCausalLM (`llama`), BloomForCausalLM (`bloom`) -> GPT
-  BertForMaskedLM (`bert`)                                                        -> BertMLM
-  T5ForConditionalGeneration (`t5`)                                               -> EncoderDecoder
-  timm VisionTransformer (`timm_vit`)                                             -> ViT
+  GPT2LMHeadModel (`gpt2`), LlamaForCausalLM (`llama`), BloomForCausalLM (`bloom`) <-> GPT
+  BertForMaskedLM (`bert`)                                                        <-> BertMLM
+  T5ForConditionalGeneration (`t5`)                                               <-> EncoderDecoder
+  timm VisionTransformer (`timm_vit`)                                             <-> ViT
 
 Converters are registered by the reference's class name, so neither library is imported here.
-Each reads the reference's config (and modules, for timm), builds an `ArchConfig`, fills the suite
-model's state dict from the reference's tensors and loads it strictly, so a tensor that is missing,
-left over or mis-shaped is an error, not a silent random init. Architectural differences are
-absorbed by weight transformations, each described in its family's module; what every family
-shares (the state dict under construction, one block's tensors, activation names) is in `common`.
+Each reads the reference's config (and modules, for timm) and builds an `ArchConfig`. Exporters
+are registered by the suite settings each reference can express (`Target`): a suite model exports
+to the reference of its class whose settings it matches. Both directions move the weights through
+one table per family (`table`: suite key, reference keys, transform both ways), so a mapping is
+written once; architectural differences are absorbed by those transforms, each described in its
+family's module. What every family shares is in `common`.
 """
 
 from __future__ import annotations
@@ -23,13 +26,16 @@ from torch import nn
 
 from ..base import TransformerModel
 from . import bert, bloom, gpt2, llama, t5, timm_vit
+from .common import Target
 
 Converter = Callable[[nn.Module], TransformerModel]
+FAMILIES = (gpt2, llama, bloom, bert, t5, timm_vit)
 
 # reference class name -> converter; each family module names the class it converts
-CONVERTERS: dict[str, Converter] = {
-    family.REFERENCE: family.convert for family in (gpt2, llama, bloom, bert, t5, timm_vit)
-}
+CONVERTERS: dict[str, Converter] = {family.REFERENCE: family.convert for family in FAMILIES}
+
+# the references a suite model can export to, each with the settings it can express
+TARGETS: tuple[Target, ...] = tuple(family.TARGET for family in FAMILIES)
 
 
 def from_reference(module: nn.Module) -> TransformerModel:
@@ -43,3 +49,28 @@ def from_reference(module: nn.Module) -> TransformerModel:
         raise TypeError(f"cannot convert {name}; supported reference classes: {', '.join(sorted(CONVERTERS))}")
     with torch.no_grad():
         return CONVERTERS[name](module)
+
+
+def to_reference(model: TransformerModel) -> nn.Module:
+    """The transformers / timm model equivalent to the suite `model`, with its weights, in eval mode,
+    on its device/dtype. Imports the reference's library (transformers or timm).
+
+    Raises TypeError for a model no reference family has, and ValueError naming every setting that
+    has no equivalent when no reference of the model's class matches its settings (each reference's
+    mismatches, the closest reference first).
+    """
+    targets = [target for target in TARGETS if type(model) is target.suite]
+    if not targets:
+        names = sorted({target.suite.__name__ for target in TARGETS})
+        raise TypeError(f"cannot export {type(model).__name__}; exportable suite models: {', '.join(names)}")
+    found = [(target, target.mismatches(model.cfg)) for target in targets]
+    for target, mismatches in found:
+        if not mismatches:
+            with torch.no_grad():
+                return target.export(model)
+    phrases = [phrase for _, mismatches in sorted(found, key=lambda f: len(f[1])) for phrase in mismatches]
+    raise ValueError(
+        "cannot export: "
+        + "; ".join(phrases)
+        + f"; change these settings to those of one reference to export a {type(model).__name__}"
+    )

@@ -1,78 +1,201 @@
-"""What every converter shares: the state dict under construction, one block's tensors, loading,
-and the mapping of transformers' activation names."""
+"""What every family shares: its weight table and the transfer that reads it in either direction,
+the config fields that only change name, the export registry's `Target`, and transformers'
+activation names.
+
+A family's table is one list of `Pair`s, each a suite state-dict key, the reference key(s) it is
+made of and a `Transform` with both directions, so `from_reference` and `to_reference` read the
+same mapping. `transfer` applies a table, loads the result strictly and checks that every source
+tensor was read, so a tensor that is missing, left over or mis-shaped is an error, not a silent
+random init or a dropped weight.
+"""
 
 from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
 
 import torch
 from torch import Tensor, nn
 
 from ..base import TransformerModel
+from ..config import ArchConfig
 
 
-class State(dict):
-    """The suite model's state dict under construction. `bias` is the suite config's `bias`: block
-    linears get the reference's bias, or zeros where the reference has none."""
+@dataclass(frozen=True)
+class Transform:
+    """How reference tensors become one suite tensor (`to_suite`) and the inverse (`to_ref`)."""
 
-    def __init__(self, bias: bool):
-        super().__init__()
-        self.bias = bias
-
-    def linear(self, name: str, weight: Tensor, bias: Tensor | None = None) -> None:
-        self[f"{name}.weight"] = weight
-        if self.bias:
-            self[f"{name}.bias"] = bias if bias is not None else weight.new_zeros(weight.shape[0])
-        elif bias is not None:
-            raise ValueError(f"{name}: the reference has a bias but the suite config has bias=False")
-
-    def norm(self, name: str, module: nn.Module) -> None:
-        self[f"{name}.weight"] = module.weight
-        if getattr(module, "bias", None) is not None:
-            self[f"{name}.bias"] = module.bias
+    to_suite: Callable[..., Tensor]
+    to_ref: Callable[[Tensor], tuple[Tensor, ...]]
 
 
-def wb(linear: nn.Module) -> tuple[Tensor, Tensor | None]:
-    return linear.weight, linear.bias
+IDENTITY = Transform(lambda t: t, lambda t: (t,))
+TRANSPOSED = Transform(lambda t: t.t(), lambda t: (t.t(),))
 
 
-def cat_wb(*linears: nn.Module) -> tuple[Tensor, Tensor | None]:
-    """Several nn.Linear stacked along the output rows (q;k;v or gate;up)."""
-    weight = torch.cat([m.weight for m in linears])
-    if all(m.bias is None for m in linears):
-        return weight, None
-    return weight, torch.cat([m.bias if m.bias is not None else m.weight.new_zeros(m.out_features) for m in linears])
+def stacked(*rows: int) -> Transform:
+    """Reference tensors of `rows` rows each, stacked into one suite tensor (q;k;v or gate;up)."""
+    return Transform(lambda *ts: torch.cat(ts), lambda t: tuple(t.split(rows)))
 
 
-def put_block(state: State, prefix: str, *, attn_norm, qkv, out, ffn_norm, up, down, cross=None) -> None:
-    """One suite `Block`: norms are reference modules, projections (weight, bias) pairs; `cross`
-    is (norm, q, kv, out) for a cross-attending block."""
-    state.norm(f"{prefix}.attn_norm", attn_norm)
-    state.linear(f"{prefix}.attn.qkv", *qkv)
-    state.linear(f"{prefix}.attn.out", *out)
-    if cross is not None:
-        cross_norm, q, kv, cross_out = cross
-        state.norm(f"{prefix}.cross_norm", cross_norm)
-        state.linear(f"{prefix}.cross.q", *q)
-        state.linear(f"{prefix}.cross.kv", *kv)
-        state.linear(f"{prefix}.cross.out", *cross_out)
-    state.norm(f"{prefix}.ffn_norm", ffn_norm)
-    state.linear(f"{prefix}.ffn.up", *up)
-    state.linear(f"{prefix}.ffn.down", *down)
+def scaled(factor: float) -> Transform:
+    return Transform(lambda t: t * factor, lambda t: (t / factor,))
 
 
-def shared(a: Tensor, b: Tensor) -> bool:
-    """Tied weights: the same storage."""
-    return a.shape == b.shape and a.data_ptr() == b.data_ptr()
+@dataclass(frozen=True)
+class Pair:
+    """One suite tensor and the reference tensors it is made of. `optional` marks biases: one side
+    may have none, which is a zero bias."""
+
+    suite: str
+    ref: tuple[str, ...]
+    transform: Transform = IDENTITY
+    optional: bool = False
 
 
-def load(model: TransformerModel, state: State, reference: nn.Module) -> TransformerModel:
-    """Loads `state` strictly into `model`, moved to the reference's device and dtype; eval mode."""
-    if model.cfg.tie_embeddings and "lm_head.weight" in model.state_dict():
-        state["lm_head.weight"] = state["tok.weight"]
-    ref_param = next(reference.parameters())
-    model.to(device=ref_param.device, dtype=ref_param.dtype)
-    model.load_state_dict(state, strict=True)
-    return model.eval()
+@dataclass(frozen=True)
+class Ref:
+    """The reference module(s) holding one suite module's weight and bias, and their transforms
+    (the bias's defaults to the weight's)."""
 
+    names: tuple[str, ...]
+    weight: Transform = IDENTITY
+    bias: Transform | None = None
+
+
+def tensor(suite: str, ref: str, transform: Transform = IDENTITY) -> list[Pair]:
+    return [Pair(suite, (ref,), transform)]
+
+
+def module(suite: str, source: Ref | str) -> list[Pair]:
+    """The weight and (optional) bias of the suite module `suite` (a linear or a norm)."""
+    ref = Ref((source,)) if isinstance(source, str) else source
+    return [
+        Pair(f"{suite}.weight", tuple(f"{n}.weight" for n in ref.names), ref.weight),
+        Pair(f"{suite}.bias", tuple(f"{n}.bias" for n in ref.names), ref.bias or ref.weight, optional=True),
+    ]
+
+
+# the modules of one suite `Block`, by the keyword `block` takes them under
+BLOCK_MODULES = {
+    "attn_norm": "attn_norm",
+    "qkv": "attn.qkv",
+    "out": "attn.out",
+    "cross_norm": "cross_norm",
+    "cross_q": "cross.q",
+    "cross_kv": "cross.kv",
+    "cross_out": "cross.out",
+    "ffn_norm": "ffn_norm",
+    "up": "ffn.up",
+    "down": "ffn.down",
+}
+
+
+def block(prefix: str, **sources: Ref | str) -> list[Pair]:
+    """One suite `Block` at `prefix`: each keyword of `BLOCK_MODULES` names its reference module(s)."""
+    return [pair for name, source in sources.items() for pair in module(f"{prefix}.{BLOCK_MODULES[name]}", source)]
+
+
+def _aliases(model: nn.Module) -> dict[str, list[str]]:
+    """Each state-dict key -> every key holding the same tensor (tied weights), in state-dict order."""
+    groups: dict[int, list[str]] = {}
+    state = model.state_dict(keep_vars=True)
+    for key, value in state.items():
+        groups.setdefault(id(value), []).append(key)
+    return {key: groups[id(value)] for key, value in state.items()}
+
+
+def transfer(pairs: list[Pair], source: nn.Module, dest: nn.Module, to_suite: bool, what: str) -> None:
+    """Fills `dest` from `source` through `pairs` (reference -> suite when `to_suite`, else back)
+    and loads it strictly. `what` names the direction in errors ("convert", "export to ...")."""
+    src = {key: value.detach() for key, value in source.state_dict(keep_vars=True).items()}
+    src_aliases, target = _aliases(source), dest.state_dict()
+    out: dict[str, Tensor] = {}
+    read: set[str] = set()
+    for pair in pairs:
+        src_keys, dst_keys = (pair.ref, (pair.suite,)) if to_suite else ((pair.suite,), pair.ref)
+        if pair.optional and not any(key in src for key in src_keys):
+            out.update({key: torch.zeros_like(target[key]) for key in dst_keys if key in target})
+            continue
+        missing = [key for key in src_keys if key not in src]
+        if missing:  # a table that does not fit the model it was built for: a bug here, not a setting
+            raise KeyError(f"{what}: the weight table names {missing}, which the source model does not have")
+        tensors = [src[key] for key in src_keys]
+        values = (pair.transform.to_suite(*tensors),) if to_suite else pair.transform.to_ref(*tensors)
+        for key, value in zip(dst_keys, values, strict=True):
+            if key in target:
+                out[key] = value
+            elif value.any():  # a zero bias is no bias; any other tensor must have a place
+                raise ValueError(f"cannot {what}: {', '.join(src_keys)} is not zero but has no equivalent ({key})")
+        read.update(alias for key in src_keys for alias in src_aliases[key])
+    unread = [key for key in src if key not in read]
+    if unread:
+        raise ValueError(f"cannot {what}: the weight table leaves {', '.join(unread)} unread (no equivalent)")
+    for key, tied in _aliases(dest).items():  # a tied copy takes its first name's value
+        if tied[0] in out:
+            out[key] = out[tied[0]]
+    param = next(source.parameters())
+    dest.to(device=param.device, dtype=param.dtype)
+    dest.load_state_dict(out, strict=True)
+    dest.eval()
+
+
+def load(model: TransformerModel, reference: nn.Module, pairs: list[Pair]) -> TransformerModel:
+    """The suite `model` filled from `reference` through `pairs`, on its device and dtype, in eval mode."""
+    transfer(pairs, reference, model, to_suite=True, what="convert")
+    return model
+
+
+def export(reference: nn.Module, model: TransformerModel, pairs: list[Pair]) -> nn.Module:
+    """The new `reference` filled from the suite `model` through `pairs`, on its device and dtype, in eval mode."""
+    transfer(pairs, model, reference, to_suite=False, what=f"export to {type(reference).__name__}")
+    return reference
+
+
+def nonzero(model: nn.Module, *suffixes: str) -> bool:
+    """Whether any parameter named with one of `suffixes` is non-zero (a reference's bias flag)."""
+    return any(p.any() for name, p in model.named_parameters() if name.endswith(suffixes))
+
+
+Allowed = tuple | Callable[[ArchConfig], tuple]
+
+
+@dataclass(frozen=True)
+class Target:
+    """A reference that suite models of class `suite` export to when their config has `settings`.
+
+    Args:
+        library: the reference, as errors name it ("transformers GPT2LMHeadModel").
+        suite: the suite model class it exports.
+        settings: `ArchConfig` field -> the values the reference can express (or a function of the
+            config giving them); the fields not listed either map to any value or change training only.
+        export: builds the reference from a suite model whose settings match.
+    """
+
+    library: str
+    suite: type[TransformerModel]
+    settings: dict[str, Allowed]
+    export: Callable[[TransformerModel], nn.Module]
+
+    def mismatches(self, cfg: ArchConfig) -> list[str]:
+        """One phrase per setting of `cfg` that this reference cannot express."""
+        found = []
+        for name, allowed in self.settings.items():
+            values = allowed(cfg) if callable(allowed) else allowed
+            if getattr(cfg, name) not in values:
+                choices = " or ".join(repr(v) for v in values)
+                found.append(f"{name}={getattr(cfg, name)!r} has no equivalent in {self.library} (it has {choices})")
+        return found
+
+
+def heads_shared_by_all(cfg: ArchConfig) -> tuple:
+    """The `n_kv_heads` of plain multi-head attention."""
+    return (None, cfg.n_heads)
+
+
+# a transformers decoder config's special ids: the suite's vocabulary is the data's, so they are unknown
+# here (the defaults would name ids of another vocabulary); the export command sets them from the run
+UNKNOWN_TOKEN_IDS = dict(bos_token_id=None, eos_token_id=None)
 
 # transformers' ACT2FN names of GELU -> our `gelu_approximate` (all tanh variants are one formula)
 HF_GELU = {
@@ -84,6 +207,9 @@ HF_GELU = {
     "gelu_pytorch_tanh": "tanh",
     "gelu_python_tanh": "tanh",
 }
+# the other way, the ACT2FN name computing exactly our function (torch's own GELU kernels)
+HF_GELU_NAMES = {"none": "gelu", "tanh": "gelu_pytorch_tanh"}
+assert all(HF_GELU[name] == approximate for approximate, name in HF_GELU_NAMES.items())
 
 
 def hf_activation(name: str, gated: bool = False) -> dict:
@@ -96,6 +222,27 @@ def hf_activation(name: str, gated: bool = False) -> dict:
         return dict(activation="swiglu")
     kind = "gated " if gated else ""
     raise ValueError(f"{kind}activation {name!r} has no suite equivalent (relu, gelu, swiglu, geglu)")
+
+
+def hf_activation_name(cfg: ArchConfig) -> str:
+    """ArchConfig's `activation` -> the transformers name of its (gate) activation; the inverse of
+    `hf_activation`."""
+    if cfg.activation in ("gelu", "geglu"):
+        return HF_GELU_NAMES[cfg.gelu_approximate]
+    return {"relu": "relu", "swiglu": "silu"}[cfg.activation]
+
+
+def renamed(config, names: dict[str, str], to_suite: bool) -> dict:
+    """The config fields that only change name between the two sides: `names` maps an `ArchConfig`
+    field to the reference config's; read from the reference config (`to_suite`) or the `ArchConfig`."""
+    if to_suite:
+        return {ours: getattr(config, theirs) for ours, theirs in names.items()}
+    return {theirs: getattr(config, ours) for ours, theirs in names.items()}
+
+
+def shared(a: Tensor, b: Tensor) -> bool:
+    """Tied weights: the same storage."""
+    return a.shape == b.shape and a.data_ptr() == b.data_ptr()
 
 
 def unsupported(condition: bool, what: str) -> None:

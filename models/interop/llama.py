@@ -1,4 +1,4 @@
-"""transformers' LlamaForCausalLM -> GPT (RoPE, RMSNorm, SwiGLU, GQA).
+"""transformers' LlamaForCausalLM <-> GPT (RoPE, RMSNorm, SwiGLU or GeGLU, GQA).
 
 Separate q/k/v projections are stacked into the fused `qkv` rows (q heads, k heads, v heads), and
 the gated FFN's [gate; up] into `up`. RoPE's base and rotary width are read from the model itself.
@@ -11,9 +11,53 @@ from torch import nn
 
 from ..config import ArchConfig
 from ..gpt import GPT
-from .common import State, cat_wb, hf_activation, load, put_block, shared, unsupported, wb
+from .common import (
+    UNKNOWN_TOKEN_IDS,
+    Pair,
+    Ref,
+    Target,
+    block,
+    export,
+    hf_activation,
+    hf_activation_name,
+    load,
+    module,
+    nonzero,
+    renamed,
+    shared,
+    stacked,
+    tensor,
+    unsupported,
+)
 
 REFERENCE = "LlamaForCausalLM"
+# ArchConfig field -> LlamaConfig field, for the fields that only change name
+FIELDS = {
+    "vocab_size": "vocab_size",
+    "d_model": "hidden_size",
+    "n_layers": "num_hidden_layers",
+    "n_heads": "num_attention_heads",
+    "n_kv_heads": "num_key_value_heads",
+    "dropout": "attention_dropout",
+    "norm_eps": "rms_norm_eps",
+}
+
+
+def table(cfg: ArchConfig) -> list[Pair]:
+    q_rows, kv_rows, ffn = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.ffn_dim
+    pairs = tensor("tok.weight", "model.embed_tokens.weight")
+    for i in range(cfg.n_layers):
+        attn, mlp = f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
+        pairs += block(
+            f"stack.blocks.{i}",
+            attn_norm=f"model.layers.{i}.input_layernorm",
+            qkv=Ref((f"{attn}.q_proj", f"{attn}.k_proj", f"{attn}.v_proj"), stacked(q_rows, kv_rows, kv_rows)),
+            out=f"{attn}.o_proj",
+            ffn_norm=f"model.layers.{i}.post_attention_layernorm",
+            up=Ref((f"{mlp}.gate_proj", f"{mlp}.up_proj"), stacked(ffn, ffn)),
+            down=f"{mlp}.down_proj",
+        )
+    return pairs + module("stack.final_norm", "model.norm") + tensor("lm_head.weight", "lm_head.weight")
 
 
 def _rope(ref: nn.Module, head_dim: int) -> dict:
@@ -36,15 +80,11 @@ def _rope(ref: nn.Module, head_dim: int) -> dict:
 
 
 def convert(ref: nn.Module) -> GPT:
-    c, body = ref.config, ref.model
+    c = ref.config
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     unsupported(head_dim * c.num_attention_heads != c.hidden_size, f"head_dim={head_dim} != hidden_size/heads")
     cfg = ArchConfig(
-        vocab_size=c.vocab_size,
-        d_model=c.hidden_size,
-        n_layers=c.num_hidden_layers,
-        n_heads=c.num_attention_heads,
-        n_kv_heads=c.num_key_value_heads,
+        **renamed(c, FIELDS, to_suite=True),
         d_ff=c.intermediate_size,
         max_seq_len=c.max_position_embeddings,
         pos_encoding="rope",
@@ -52,25 +92,47 @@ def convert(ref: nn.Module) -> GPT:
         norm_placement="pre",
         **hf_activation(c.hidden_act, gated=True),
         **_rope(ref, head_dim),
-        dropout=c.attention_dropout,
         bias=c.attention_bias or c.mlp_bias,
-        norm_eps=c.rms_norm_eps,
-        tie_embeddings=shared(ref.lm_head.weight, body.embed_tokens.weight),
+        tie_embeddings=shared(ref.lm_head.weight, ref.model.embed_tokens.weight),
     )
-    state = State(cfg.bias)
-    state["tok.weight"] = body.embed_tokens.weight
-    for i, layer in enumerate(body.layers):
-        attn, mlp = layer.self_attn, layer.mlp
-        put_block(
-            state,
-            f"stack.blocks.{i}",
-            attn_norm=layer.input_layernorm,
-            qkv=cat_wb(attn.q_proj, attn.k_proj, attn.v_proj),
-            out=wb(attn.o_proj),
-            ffn_norm=layer.post_attention_layernorm,
-            up=cat_wb(mlp.gate_proj, mlp.up_proj),
-            down=wb(mlp.down_proj),
-        )
-    state.norm("stack.final_norm", body.norm)
-    state["lm_head.weight"] = ref.lm_head.weight
-    return load(GPT(cfg), state, ref)
+    return load(GPT(cfg), ref, table(cfg))
+
+
+def to_llama(model: GPT) -> nn.Module:
+    """The LlamaForCausalLM equivalent to `model` (settings checked by `TARGET`). Llama's bias flags
+    are set where the suite's biases are non-zero (a zero bias is no bias). Llama has attention
+    dropout only: the suite's other dropouts change training, not the outputs."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    cfg = model.cfg
+    lengths = {"max_position_embeddings": cfg.max_seq_len} if cfg.max_seq_len else {}  # RoPE runs at any length
+    config = LlamaConfig(
+        **renamed(cfg, FIELDS, to_suite=False),  # n_kv_heads None: Llama's default, one per head
+        intermediate_size=cfg.ffn_dim,
+        head_dim=cfg.head_dim,
+        hidden_act=hf_activation_name(cfg),
+        rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_base},
+        attention_bias=nonzero(model, "attn.qkv.bias", "attn.out.bias"),
+        mlp_bias=nonzero(model, "ffn.up.bias", "ffn.down.bias"),
+        tie_word_embeddings=cfg.tie_embeddings,
+        **UNKNOWN_TOKEN_IDS,
+        **lengths,
+    )
+    return export(LlamaForCausalLM(config), model, table(cfg))
+
+
+TARGET = Target(
+    library="transformers LlamaForCausalLM",
+    suite=GPT,
+    settings={
+        "pos_encoding": ("rope",),
+        "rope_fraction": (1.0,),  # Llama's default RoPE rotates the whole head
+        "norm": ("rmsnorm",),
+        "norm_placement": ("pre",),
+        "activation": ("swiglu", "geglu"),
+        "embedding_norm": (False,),
+        "scale_embeddings": (None, False),
+        "attn_scale": (None,),
+    },
+    export=to_llama,
+)

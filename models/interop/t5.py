@@ -1,18 +1,86 @@
-"""transformers' T5ForConditionalGeneration -> EncoderDecoder (T5 relative bias, RMSNorm, no biases).
+"""transformers' T5ForConditionalGeneration <-> EncoderDecoder (T5 relative bias, RMSNorm, no biases).
 
 T5 (with `scale_decoder_outputs`, the original T5) scales the decoder output by d_model**-0.5
 before the tied head: the suite model gets an untied head holding embedding * d_model**-0.5.
+transformers 5 always ties T5's head to the embedding, so a suite model exports when its head is
+tied, or is exactly that scaled embedding.
 """
 
 from __future__ import annotations
 
+import torch
 from torch import nn
 
-from ..config import ArchConfig
+from ..config import GATED_ACTIVATIONS, ArchConfig
 from ..encoder_decoder import EncoderDecoder
-from .common import State, cat_wb, hf_activation, load, put_block, shared, unsupported, wb
+from .common import (
+    IDENTITY,
+    Pair,
+    Ref,
+    Target,
+    block,
+    export,
+    heads_shared_by_all,
+    hf_activation,
+    hf_activation_name,
+    load,
+    module,
+    renamed,
+    scaled,
+    shared,
+    stacked,
+    tensor,
+    unsupported,
+)
 
 REFERENCE = "T5ForConditionalGeneration"
+# ArchConfig field -> T5Config field, for the fields that only change name
+FIELDS = {
+    "vocab_size": "vocab_size",
+    "d_model": "d_model",
+    "n_layers": "num_layers",
+    "n_heads": "num_heads",
+    "dropout": "dropout_rate",
+    "t5_num_buckets": "relative_attention_num_buckets",
+    "t5_max_distance": "relative_attention_max_distance",
+    "norm_eps": "layer_norm_epsilon",
+}
+
+
+def table(cfg: ArchConfig, scale_outputs: bool) -> list[Pair]:
+    d, ffn = cfg.d_model, cfg.ffn_dim
+    gated = cfg.activation in GATED_ACTIVATIONS
+    pairs = tensor("tok.weight", "shared.weight")
+    for stack in ("encoder", "decoder"):
+        # one bias table per stack, held by its first layer's self-attention
+        pairs += tensor(
+            f"{stack}.pos.bias.weight", f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
+        )
+        for i in range(cfg.n_layers):
+            layer = f"{stack}.block.{i}.layer"
+            attn, ff = f"{layer}.0.SelfAttention", f"{layer}.{2 if stack == 'decoder' else 1}"
+            dense = f"{ff}.DenseReluDense"
+            cross = {}
+            if stack == "decoder":
+                enc_dec = f"{layer}.1.EncDecAttention"
+                cross = dict(
+                    cross_norm=f"{layer}.1.layer_norm",
+                    cross_q=f"{enc_dec}.q",
+                    cross_kv=Ref((f"{enc_dec}.k", f"{enc_dec}.v"), stacked(d, d)),
+                    cross_out=f"{enc_dec}.o",
+                )
+            pairs += block(
+                f"{stack}.blocks.{i}",
+                attn_norm=f"{layer}.0.layer_norm",
+                qkv=Ref((f"{attn}.q", f"{attn}.k", f"{attn}.v"), stacked(d, d, d)),
+                out=f"{attn}.o",
+                **cross,
+                ffn_norm=f"{ff}.layer_norm",
+                up=Ref((f"{dense}.wi_0", f"{dense}.wi_1"), stacked(ffn, ffn)) if gated else f"{dense}.wi",
+                down=f"{dense}.wo",
+            )
+        pairs += module(f"{stack}.final_norm", f"{stack}.final_layer_norm")
+    return pairs + tensor("lm_head.weight", "lm_head.weight", scaled(d**-0.5) if scale_outputs else IDENTITY)
 
 
 def convert(ref: nn.Module) -> EncoderDecoder:
@@ -23,50 +91,64 @@ def convert(ref: nn.Module) -> EncoderDecoder:
     # 4.x scales exactly when the embeddings are tied
     scale_outputs = getattr(c, "scale_decoder_outputs", c.tie_word_embeddings)
     cfg = ArchConfig(
-        vocab_size=c.vocab_size,
-        d_model=c.d_model,
-        n_layers=c.num_layers,
-        n_heads=c.num_heads,
+        **renamed(c, FIELDS, to_suite=True),
         d_ff=c.d_ff,
         pos_encoding="t5",
         norm="rmsnorm",  # T5LayerNorm: no mean, no bias
         norm_placement="pre",
         **hf_activation(c.dense_act_fn, gated=c.is_gated_act),
-        dropout=c.dropout_rate,
-        t5_num_buckets=c.relative_attention_num_buckets,
-        t5_max_distance=c.relative_attention_max_distance,
         bias=False,
-        norm_eps=c.layer_norm_epsilon,
         tie_embeddings=not scale_outputs and shared(ref.lm_head.weight, ref.shared.weight),
         attn_scale=1.0,
     )
-    state = State(cfg.bias)
-    state["tok.weight"] = ref.shared.weight
+    return load(EncoderDecoder(cfg), ref, table(cfg, scale_outputs))
 
-    def ffn(layer_ff: nn.Module) -> dict:
-        dense = layer_ff.DenseReluDense
-        up = cat_wb(dense.wi_0, dense.wi_1) if c.is_gated_act else wb(dense.wi)
-        return dict(ffn_norm=layer_ff.layer_norm, up=up, down=wb(dense.wo))
 
-    for name, stack in (("encoder", ref.encoder), ("decoder", ref.decoder)):
-        # one bias table per stack, held by its first layer's self-attention
-        state[f"{name}.pos.bias.weight"] = stack.block[0].layer[0].SelfAttention.relative_attention_bias.weight
-        for i, block in enumerate(stack.block):
-            self_attn = block.layer[0].SelfAttention
-            cross = None
-            if name == "decoder":
-                enc_dec = block.layer[1].EncDecAttention
-                cross = (block.layer[1].layer_norm, wb(enc_dec.q), cat_wb(enc_dec.k, enc_dec.v), wb(enc_dec.o))
-            put_block(
-                state,
-                f"{name}.blocks.{i}",
-                attn_norm=block.layer[0].layer_norm,
-                qkv=cat_wb(self_attn.q, self_attn.k, self_attn.v),
-                out=wb(self_attn.o),
-                cross=cross,
-                **ffn(block.layer[-1]),
-            )
-        state.norm(f"{name}.final_norm", stack.final_layer_norm)
-    lm_head = ref.lm_head.weight
-    state["lm_head.weight"] = lm_head * c.d_model**-0.5 if scale_outputs else lm_head
-    return load(EncoderDecoder(cfg), state, ref)
+def _feed_forward_proj(cfg: ArchConfig) -> str:
+    """T5Config's `feed_forward_proj` of the suite's activation: `[gated-]<ACT2FN name>`."""
+    name = hf_activation_name(cfg)
+    if cfg.activation not in GATED_ACTIVATIONS:
+        return name
+    # T5Config reads "gated-gelu" as the tanh approximation (T5 v1.1); exact GELU has a second name
+    return f"gated-{'gelu_python' if name == 'gelu' else name}"
+
+
+def to_t5(model: EncoderDecoder) -> nn.Module:
+    """The T5ForConditionalGeneration equivalent to `model` (settings checked by `TARGET`)."""
+    from transformers import T5Config, T5ForConditionalGeneration
+
+    cfg = model.cfg
+    # a tied head is v1.1's unscaled one; an untied one exports only as the original T5's scaled
+    # embedding, which is how `convert` made it (so the comparison is exact)
+    scale_outputs = not cfg.tie_embeddings
+    if scale_outputs and not torch.equal(model.lm_head.weight, model.tok.weight * cfg.d_model**-0.5):
+        raise ValueError(
+            "cannot export: tie_embeddings=False has no equivalent in transformers T5ForConditionalGeneration "
+            "(its output head is the token embedding, scaled by d_model**-0.5 in the original T5, and this "
+            "model's lm_head is neither); train with tie_embeddings=True to export to T5"
+        )
+    config = T5Config(
+        **renamed(cfg, FIELDS, to_suite=False),
+        d_kv=cfg.head_dim,
+        d_ff=cfg.ffn_dim,
+        feed_forward_proj=_feed_forward_proj(cfg),
+        tie_word_embeddings=scale_outputs,  # how T5Config is told to scale the decoder output
+    )
+    return export(T5ForConditionalGeneration(config), model, table(cfg, scale_outputs))
+
+
+TARGET = Target(
+    library="transformers T5ForConditionalGeneration",
+    suite=EncoderDecoder,
+    settings={
+        "pos_encoding": ("t5",),
+        "norm": ("rmsnorm",),
+        "norm_placement": ("pre",),
+        "bias": (False,),
+        "n_kv_heads": heads_shared_by_all,
+        "embedding_norm": (False,),
+        "scale_embeddings": (None, False),
+        "attn_scale": (1.0,),  # T5 does not scale its scores
+    },
+    export=to_t5,
+)

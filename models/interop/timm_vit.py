@@ -1,19 +1,64 @@
-"""timm's VisionTransformer -> ViT.
+"""timm's VisionTransformer <-> ViT.
 
 timm's qkv rows are already (3, heads, head_dim). timm normalises all tokens before 'token'
 pooling (`norm`) or the pooled mean (`fc_norm`); the suite ViT normalises the pooled vector, which
 is the same in both cases. Every timm option the suite ViT lacks is refused by name.
+
+An exported model is built by `timm.create_model` from JSON-able arguments, so the folder the export
+command writes (weights and timm's config.json) rebuilds exactly it: `timm.create_model("local-dir:DIR")`.
 """
 
 from __future__ import annotations
+
+import math
 
 from torch import nn
 
 from ..config import ArchConfig
 from ..vit import ViT
-from .common import State, load, put_block, unsupported, wb
+from .common import (
+    Pair,
+    Target,
+    Transform,
+    block,
+    export,
+    heads_shared_by_all,
+    load,
+    module,
+    nonzero,
+    tensor,
+    unsupported,
+)
 
 REFERENCE = "VisionTransformer"
+ENTRY_POINT = "vit_base_patch16_224"  # any timm ViT entry point: the exported arguments override all its settings
+TIMM_NORM_EPS = 1e-6  # timm's LayerNorm; its config.json cannot name another
+TIMM_GELU = {"GELU": "none", "GELUTanh": "tanh"}  # timm's own GELU layers (act_layer "gelu", "gelu_tanh")
+
+# timm's (1, tokens, d) position table <-> ours (tokens, d)
+BATCHED = Transform(lambda t: t[0], lambda t: (t[None],))
+
+
+def table(cfg: ArchConfig, pool: str) -> list[Pair]:
+    pairs = module("patch", "patch_embed.proj")
+    if pool == "cls":
+        pairs += tensor("cls", "cls_token")
+    if cfg.pos_encoding == "learned":
+        pairs += tensor("stack.pos.table.weight", "pos_embed", BATCHED)
+    for i in range(cfg.n_layers):
+        b = f"blocks.{i}"
+        pairs += block(
+            f"stack.blocks.{i}",
+            attn_norm=f"{b}.norm1",
+            qkv=f"{b}.attn.qkv",  # timm's qkv rows are already (3, heads, head_dim)
+            out=f"{b}.attn.proj",
+            ffn_norm=f"{b}.norm2",
+            up=f"{b}.mlp.fc1",
+            down=f"{b}.mlp.fc2",
+        )
+    # timm normalises all tokens before 'token' pooling (norm) or the pooled mean (fc_norm);
+    # the suite ViT normalises the pooled vector, which is the same in both cases
+    return pairs + module("norm", "fc_norm" if pool == "mean" else "norm") + module("head", "head")
 
 
 def _square(size, what: str) -> int:
@@ -24,6 +69,15 @@ def _square(size, what: str) -> int:
 
 def _identity(module: nn.Module | None) -> bool:
     return module is None or isinstance(module, nn.Identity)
+
+
+def _gelu_approximate(act: nn.Module) -> str:
+    """The `gelu_approximate` of torch's or timm's GELU layer."""
+    if type(act) is nn.GELU:
+        return act.approximate
+    name = type(act).__name__
+    unsupported(name not in TIMM_GELU, f"timm ViT activation {name}")
+    return TIMM_GELU[name]
 
 
 def _check_blocks(blocks: list[nn.Module]) -> None:
@@ -38,7 +92,7 @@ def _check_blocks(blocks: list[nn.Module]) -> None:
         )
         unsupported(getattr(b.attn, "gate", None) is not None, "timm ViT gated attention")
         unsupported(not _identity(getattr(b.mlp, "norm", None)), "timm ViT scale_mlp_norm")
-        unsupported(type(b.mlp.act) is not nn.GELU, f"timm ViT activation {type(b.mlp.act).__name__}")
+        _gelu_approximate(b.mlp.act)
         for norm in (b.norm1, b.norm2):
             unsupported(not isinstance(norm, nn.LayerNorm), f"timm ViT norm {type(norm).__name__}")
 
@@ -65,8 +119,6 @@ def convert(ref: nn.Module) -> ViT:
             f"cannot convert: timm ViT global_pool={ref.global_pool!r} with class_token={has_cls}; the suite "
             f"ViT has 'token' pooling with a class token or 'avg' pooling without one"
         )
-    # timm normalises all tokens before 'token' pooling (norm) or the pooled mean (fc_norm);
-    # the suite ViT normalises the pooled vector, which is the same in both cases
     final_norm = ref.fc_norm if pool == "mean" else ref.norm
     unsupported(not isinstance(final_norm, nn.LayerNorm), "timm ViT final_norm=False")
 
@@ -80,7 +132,7 @@ def convert(ref: nn.Module) -> ViT:
         norm="layernorm",
         norm_placement="pre",
         activation="gelu",
-        gelu_approximate=first.mlp.act.approximate,
+        gelu_approximate=_gelu_approximate(first.mlp.act),
         dropout=first.attn.proj_drop.p,
         norm_eps=first.norm1.eps,
     )
@@ -92,24 +144,69 @@ def convert(ref: nn.Module) -> ViT:
         num_classes=ref.num_classes,
         pool=pool,
     )
-    state = State(cfg.bias)
-    state["patch.weight"] = proj.weight
-    state["patch.bias"] = proj.bias if proj.bias is not None else proj.weight.new_zeros(proj.out_channels)
-    if has_cls:
-        state["cls"] = ref.cls_token
-    if ref.pos_embed is not None:
-        state["stack.pos.table.weight"] = ref.pos_embed[0]
-    for i, b in enumerate(blocks):
-        put_block(
-            state,
-            f"stack.blocks.{i}",
-            attn_norm=b.norm1,
-            qkv=wb(b.attn.qkv),  # timm's qkv rows are already (3, heads, head_dim)
-            out=wb(b.attn.proj),
-            ffn_norm=b.norm2,
-            up=wb(b.mlp.fc1),
-            down=wb(b.mlp.fc2),
+    return load(model, ref, table(cfg, pool))
+
+
+def timm_arguments(model: ViT) -> dict:
+    """`timm.create_model` arguments (JSON-able) of the timm ViT equivalent to `model`."""
+    cfg = model.cfg
+    patch = model.patch.kernel_size[0]
+    grid = math.isqrt(model.num_tokens - (model.pool == "cls"))
+    mlp_ratio = cfg.ffn_dim / cfg.d_model
+    if int(cfg.d_model * mlp_ratio) != cfg.ffn_dim:  # timm's Mlp is int(dim * mlp_ratio) wide
+        raise ValueError(
+            f"cannot export: d_ff={cfg.ffn_dim} has no equivalent in timm VisionTransformer (its MLP width "
+            f"int(d_model * mlp_ratio) misses it in floating point); choose d_ff a multiple of d_model"
         )
-    state.norm("norm", final_norm)
-    state["head.weight"], state["head.bias"] = ref.head.weight, ref.head.bias
-    return load(model, state, ref)
+    args = dict(
+        img_size=grid * patch,
+        patch_size=patch,
+        in_chans=model.patch.in_channels,
+        num_classes=model.head.out_features,
+        global_pool="token" if model.pool == "cls" else "avg",
+        class_token=model.pool == "cls",
+        pos_embed="learn" if cfg.pos_encoding == "learned" else "none",
+        embed_dim=cfg.d_model,
+        depth=cfg.n_layers,
+        num_heads=cfg.n_heads,
+        mlp_ratio=mlp_ratio,
+        # timm's bias flags where the suite's biases are non-zero (a zero bias is no bias)
+        qkv_bias=nonzero(model, "attn.qkv.bias"),
+        proj_bias=nonzero(model, "attn.out.bias", "ffn.up.bias", "ffn.down.bias"),
+        proj_drop_rate=cfg.dropout,
+        attn_drop_rate=cfg.dropout,
+        pos_drop_rate=cfg.dropout,
+    )
+    if cfg.gelu_approximate == "tanh":
+        args["act_layer"] = "gelu_tanh"  # else timm's default, torch's exact nn.GELU
+    return args
+
+
+def to_timm_vit(model: ViT) -> nn.Module:
+    """The timm VisionTransformer equivalent to `model` (settings checked by `TARGET`), made by
+    `timm.create_model` so that timm's own config records how to rebuild it."""
+    import timm
+
+    # the entry point's pretrained tag and license describe its weights, not these
+    unrelated = dict(tag=None, license=None)
+    reference = timm.create_model(
+        ENTRY_POINT, pretrained=False, pretrained_cfg_overlay=unrelated, **timm_arguments(model)
+    )
+    return export(reference, model, table(model.cfg, model.pool))
+
+
+TARGET = Target(
+    library="timm VisionTransformer",
+    suite=ViT,
+    settings={
+        "pos_encoding": ("learned", "none"),  # timm ViT's pos_embed: 'learn' or 'none'
+        "norm": ("layernorm",),
+        "norm_placement": ("pre",),
+        "activation": ("gelu",),
+        "n_kv_heads": heads_shared_by_all,
+        "embedding_norm": (False,),
+        "norm_eps": (TIMM_NORM_EPS,),
+        "attn_scale": (None,),
+    },
+    export=to_timm_vit,
+)

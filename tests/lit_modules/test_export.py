@@ -1,0 +1,157 @@
+"""`cli.py export`: a tiny trained run written as its transformers / timm equivalent, reloaded by that
+library and compared with the trained suite model; the refusals and their exit statuses."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import torch
+import yaml
+
+import cli
+from datamodules.images import IMAGE_DATASETS
+
+transformers = pytest.importorskip("transformers")
+timm = pytest.importorskip("timm")
+
+CONFIGS = Path(__file__).resolve().parents[2] / "configs"
+TOL = 1e-5
+SMALL = {
+    "gpt": [
+        "--model.arch.d_model",
+        "32",
+        "--model.arch.n_layers",
+        "1",
+        "--model.sample_tokens",
+        "0",
+        "--data.seq_len",
+        "32",
+        "--data.eval_lengths",
+        "[32]",
+        "--data.val_tokens",
+        "1024",
+    ],
+    "vit": ["--model.arch.d_model", "32", "--model.arch.n_layers", "1"],
+}
+
+
+def _train(family: str, root: Path) -> tuple[torch.nn.Module, dict, Path, Path]:
+    """Two training steps of the family's tiny config, checkpointed at the last: the trained suite
+    model, its data_info, the run's config.yaml and its checkpoint."""
+    run = cli.cli_main(
+        [
+            "fit",
+            "-c",
+            str(CONFIGS / family / "base.yaml"),
+            "-c",
+            str(CONFIGS / family / "tiny.yaml"),
+            *SMALL[family],
+            "--trainer.max_steps",
+            "2",
+            "--trainer.val_check_interval",
+            "2",
+            "--trainer.limit_val_batches",
+            "1",
+            "--trainer.enable_progress_bar",
+            "false",
+            "--trainer.logger.init_args.save_dir",
+            str(root),
+        ]
+    )
+    log_dir = Path(run.trainer.log_dir)
+    (ckpt,) = (log_dir / "checkpoints").glob("*.ckpt")
+    return run.model.base_model.eval(), run.model.data_info, log_dir / "config.yaml", ckpt
+
+
+@pytest.fixture(scope="module")
+def gpt_run(tmp_path_factory):
+    return _train("gpt", tmp_path_factory.mktemp("gpt"))
+
+
+@pytest.fixture(scope="module")
+def vit_run(tmp_path_factory):
+    return _train("vit", tmp_path_factory.mktemp("vit"))
+
+
+def _export(config: Path, ckpt: Path, out: Path) -> int:
+    return cli.main(["export", "--config", str(config), "--ckpt_path", str(ckpt), "--out", str(out)])
+
+
+def test_gpt_run_exports_to_gpt2_and_reloads(gpt_run, tmp_path, capsys):
+    suite, data_info, config, ckpt = gpt_run
+    assert _export(config, ckpt, tmp_path / "out") == 0
+    assert "GPT2LMHeadModel.from_pretrained" in capsys.readouterr().out
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    assert type(loaded).__name__ == "GPT2LMHeadModel"
+    ids = torch.randint(0, suite.cfg.vocab_size, (2, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (loaded(ids).logits - suite(ids)).abs().max().item() < TOL
+    # the data's special ids, for generation in transformers
+    assert (loaded.config.bos_token_id, loaded.config.eos_token_id, loaded.config.pad_token_id) == (
+        data_info["bos_token_id"],
+        data_info["eos_token_id"],
+        data_info["pad_token_id"],
+    )
+    assert loaded.generation_config.eos_token_id == data_info["eos_token_id"]
+
+
+def test_vit_run_exports_to_timm_and_reloads(vit_run, tmp_path):
+    suite, _, config, ckpt = vit_run
+    assert _export(config, ckpt, tmp_path / "out") == 0
+    assert {p.name for p in (tmp_path / "out").iterdir()} == {"model.safetensors", "config.json"}
+    loaded = timm.create_model(f"local-dir:{tmp_path / 'out'}", pretrained=True).eval()
+    images = torch.randn(4, 1, 8, 8, generator=torch.Generator().manual_seed(0))  # digits: 8x8, one channel
+    with torch.no_grad():
+        assert (loaded(images) - suite(images)).abs().max().item() < TOL
+    # timm's preprocessing (pixels / 255, then its mean and std) is the DataModule's (pixels / 16, then its own)
+    spec, data_config = IMAGE_DATASETS["digits"], timm.data.resolve_data_config(model=loaded)
+    pixels = torch.arange(spec.max_value + 1.0)
+    theirs = (pixels / 255 - data_config["mean"][0]) / data_config["std"][0]
+    ours = (pixels / spec.max_value - spec.mean[0]) / spec.std[0]
+    assert torch.allclose(theirs, ours, atol=1e-5) and data_config["crop_pct"] == 1.0
+
+
+def test_gpu_run_of_a_compiled_model_exports_on_cpu(gpt_run, tmp_path):
+    """A run trained on GPUs with DDP, bf16 and torch.compile: its trainer settings are not needed to
+    export, and its checkpoint's `_orig_mod.` keys (the compiled module's) load."""
+    suite, _, config, ckpt = gpt_run
+    gpu = yaml.safe_load(config.read_text())
+    gpu["trainer"].update(accelerator="gpu", devices=4, strategy="ddp", precision="bf16-mixed")
+    gpu["model"]["init_args"]["compile"] = True
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(gpu))
+    checkpoint = torch.load(ckpt, weights_only=True)
+    checkpoint["state_dict"] = {
+        k.replace("model.", "model._orig_mod.", 1): v for k, v in checkpoint["state_dict"].items()
+    }
+    torch.save(checkpoint, tmp_path / "compiled.ckpt")
+    assert _export(tmp_path / "config.yaml", tmp_path / "compiled.ckpt", tmp_path / "out") == 0
+    loaded = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "out")
+    assert torch.equal(loaded.transformer.wte.weight, suite.tok.weight)
+
+
+def test_settings_without_equivalent_exit_1_naming_them(gpt_run, tmp_path, capsys):
+    """The run's weights under a config no reference can express (scaled token embeddings): status 1,
+    and each reference's mismatching settings named."""
+    _, _, config, ckpt = gpt_run
+    changed = yaml.safe_load(config.read_text())
+    changed["model"]["init_args"]["arch"]["scale_embeddings"] = True
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(changed))
+    assert _export(tmp_path / "config.yaml", ckpt, tmp_path / "out") == 1
+    out = capsys.readouterr().out
+    assert "error: cannot export: scale_embeddings=True has no equivalent in transformers GPT2LMHeadModel" in out
+    assert "pos_encoding='learned' has no equivalent in transformers LlamaForCausalLM (it has 'rope')" in out
+    assert not (tmp_path / "out").exists()
+
+
+def test_missing_or_mismatched_checkpoint_exits_2(gpt_run, vit_run, tmp_path, capsys):
+    _, _, gpt_config, gpt_ckpt = gpt_run
+    assert _export(gpt_config, tmp_path / "nope.ckpt", tmp_path / "out") == 2
+    assert f"error: {tmp_path / 'nope.ckpt'} not found" in capsys.readouterr().out
+    (tmp_path / "notes.ckpt").write_text("not a checkpoint")
+    assert _export(gpt_config, tmp_path / "notes.ckpt", tmp_path / "out") == 2
+    assert "is not a checkpoint torch.load reads with weights_only=True" in capsys.readouterr().out
+    _, _, vit_config, _ = vit_run
+    assert _export(vit_config, gpt_ckpt, tmp_path / "out") == 2
+    assert "does not fit the model of" in capsys.readouterr().out
+    assert not (tmp_path / "out").exists()
