@@ -1,16 +1,35 @@
 """The suite's LightningCLI: the class both `cli.py` and the sweep engine's parse-only check use.
 
 It lives here, not in `cli.py`, so that nothing under `experiments/` imports the entry point.
+
+A mistake in what a run asks for (a bad value or combination, an unknown or abbreviated key, a missing
+or corrupt data file) ends the command with two lines on stderr, a usage hint and
+`error: <key>: <what is wrong and how to fix it>` (`lit_modules.errors` writes it), and exit status 2;
+`SUITE_DEBUG=1` raises it with its full traceback instead.
 """
 
 from __future__ import annotations
 
+import os
+import sys
+from argparse import ArgumentError
 from typing import Any
 
 import lightning.pytorch as pl
-from lightning.pytorch.cli import LightningCLI
+from lightning.pytorch.callbacks import ProgressBar
+from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from lit_modules.callbacks import DivergenceGuard, RunMetadata
+from lit_modules.errors import (
+    INSTANTIATION_ERRORS,
+    as_config_error,
+    check_dataclasses,
+    class_keys,
+    explain_parse_error,
+    option_keys,
+)
+from lit_modules.progress import LineProgress, wants_lines
+from models.config import ConfigError
 
 # Values a DataModule decides and a model needs; each is read if the DataModule has it.
 DATA_INFO_KEYS = (
@@ -27,10 +46,24 @@ DATA_INFO_KEYS = (
     "in_channels",
     "train_max_len",
 )
+DEBUG_VAR = "SUITE_DEBUG"  # set (to anything): a configuration error raises with its traceback
+SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
 
 def describe_data(datamodule: pl.LightningDataModule) -> dict[str, Any]:
     return {key: getattr(datamodule, key) for key in DATA_INFO_KEYS if hasattr(datamodule, key)}
+
+
+class SuiteArgumentParser(LightningArgumentParser):
+    """The CLI's parser. An abbreviated key is an error, not a silent expansion: `--trainer.max_step 5`
+    would run as max_steps and stay misspelt in a sweep's records. jsonargparse builds the nested
+    parsers of `--model.*` and `--data.*` with this same class, so they refuse abbreviations too.
+    Errors are raised rather than printed with the 50-line usage, so `cli_main` can say them briefly."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("exit_on_error", False)
+        super().__init__(*args, **kwargs)
 
 
 class SuiteCLI(LightningCLI):
@@ -41,26 +74,113 @@ class SuiteCLI(LightningCLI):
         parser.add_lightning_class_args(DivergenceGuard, "divergence")
         parser.add_lightning_class_args(RunMetadata, "run_metadata")
 
+    def parse_arguments(self, parser, args) -> None:
+        try:
+            super().parse_arguments(parser, args)
+        except ArgumentError as err:
+            words = _words(args)
+            raise ConfigError(explain_parse_error(err, lambda where, cls: self._known_keys(words, where, cls))) from err
+
+    def _parse_ckpt_path(self) -> None:
+        # Lightning re-parses a checkpoint's hyperparameters here, expecting a parser that exits
+        try:
+            super()._parse_ckpt_path()
+        except ArgumentError as err:
+            message = explain_parse_error(err, lambda where, cls: [])
+            raise ConfigError(f"ckpt_path: the checkpoint's hyperparameters do not parse: {message}") from err
+
+    def _known_keys(self, words: list[str], where: str, class_path: str | None) -> list[str]:
+        """Every key of the (sub)command the words name, and of the class at `where` (`model`, `data`)."""
+        subcommand = next((w for w in words if w in SUBCOMMANDS), None)
+        parser = getattr(self, "_subcommand_parsers", {}).get(subcommand, self.parser)
+        nested = [f"{where}.{key}" for key in class_keys(class_path)] if where and class_path else []
+        return option_keys(parser) + nested
+
+    def before_instantiate_classes(self) -> None:
+        config = self.config.get(self.subcommand) if self.subcommand else self.config
+        for group in ("model", "data"):
+            check_dataclasses(config, group)
+
+    def instantiate_classes(self) -> None:
+        try:
+            super().instantiate_classes()
+        except INSTANTIATION_ERRORS as err:
+            error = as_config_error(err)
+            if error is None:
+                raise
+            raise error from err
+
+    def _run_subcommand(self, subcommand: str) -> None:
+        # Some DataModules read (and check) their files only in prepare_data/setup; what a DataModule
+        # raises there is the user's to fix (a missing or corrupt file). Any other error keeps its traceback.
+        try:
+            super()._run_subcommand(subcommand)
+        except INSTANTIATION_ERRORS as err:
+            error = as_config_error(err, only="data")
+            if error is None:
+                raise
+            raise error from err
+
+    def _instantiate_trainer(self, config: dict[str, Any], callbacks: list) -> pl.Trainer:
+        # Lightning draws a live bar unless a ProgressBar is among the callbacks; in a log file its
+        # redraws are thousands of partial lines, so there LineProgress takes its place. Chosen here,
+        # not in the config: a saved config.yaml re-runs the same in a terminal and in a log.
+        listed = config.get("callbacks") or []
+        listed = [*callbacks, *(listed if isinstance(listed, list) else [listed])]
+        bar_on = config.get("enable_progress_bar") is not False and not config.get("barebones")
+        if bar_on and wants_lines() and not any(isinstance(c, ProgressBar) for c in listed):
+            callbacks = [*callbacks, LineProgress()]
+        return super()._instantiate_trainer(config, callbacks)
+
+
+def _words(args: Any) -> list[str]:
+    """The command-line words of `args` (`sys.argv` when None; none for a dict or Namespace)."""
+    if args is None:
+        return sys.argv[1:]
+    return [str(a) for a in args] if isinstance(args, (list, tuple)) else []
+
+
+def usage_hint(words: list[str]) -> str:
+    subcommand = next((w for w in words if w in SUBCOMMANDS), None)
+    command = f"cli.py {subcommand}" if subcommand else "cli.py {fit,validate,test,predict}"
+    helped = f"cli.py {subcommand}" if subcommand else "cli.py"
+    keys = f"{helped} --help: the keys; {DEBUG_VAR}=1: traceback"
+    return f"usage: {command} [-c CONFIG.yaml ...] [--KEY VALUE ...]  ({keys})"
+
 
 def cli_main(args: list[str] | None = None, run: bool = True, cli_class: type[SuiteCLI] = SuiteCLI) -> SuiteCLI:
-    """Builds the suite's CLI; `cli_class` lets a tool reuse these settings (the sweep's parse-only check)."""
-    return cli_class(
-        pl.LightningModule,
-        pl.LightningDataModule,
-        subclass_mode_model=True,
-        subclass_mode_data=True,
-        args=args,
-        run=run,
-        seed_everything_default=0,
-        save_config_kwargs={"overwrite": True},
-        auto_configure_optimizers=False,
-        trainer_defaults={
-            "logger": {
-                "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
-                "init_args": {"save_dir": "runs", "default_hp_metric": False},
+    """Builds the suite's CLI; `cli_class` lets a tool reuse these settings (the sweep's parse-only check).
+
+    Raises:
+        SystemExit: 2, after a usage hint and `error: <key>: <message>` on stderr, for a `ConfigError`
+            (unless `SUITE_DEBUG` is set: then the error itself, with its traceback).
+    """
+    try:
+        return cli_class(
+            pl.LightningModule,
+            pl.LightningDataModule,
+            subclass_mode_model=True,
+            subclass_mode_data=True,
+            args=args,
+            run=run,
+            parser_class=SuiteArgumentParser,
+            seed_everything_default=0,
+            save_config_kwargs={"overwrite": True},
+            auto_configure_optimizers=False,
+            trainer_defaults={
+                "logger": {
+                    "class_path": "lightning.pytorch.loggers.TensorBoardLogger",
+                    "init_args": {"save_dir": "runs", "default_hp_metric": False},
+                },
+                # the DataModules shard their own batches over processes (datamodules.sampling.RankSlices,
+                # RoundRobinBatches): the same global batches as one process, every evaluation example once
+                "use_distributed_sampler": False,
             },
-            # the DataModules shard their own batches over processes (datamodules.sampling.RankSlices,
-            # RoundRobinBatches): the same global batches as one process, every evaluation example once
-            "use_distributed_sampler": False,
-        },
-    )
+        )
+    except ConfigError as err:
+        if os.environ.get(DEBUG_VAR):
+            raise
+        # two lines, usage then error (argparse's order): the whole message is both its first and last lines
+        print(usage_hint(_words(args)), file=sys.stderr)
+        print("error: " + " ".join(str(err).split()), file=sys.stderr)
+        raise SystemExit(2) from None

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import ArchConfig
+from .learned_bias import biased_attention
 from .positional import apply_rotary
 
 
@@ -71,6 +73,12 @@ class Attention(nn.Module):
         self.out = nn.Linear(q_dim, cfg.d_model, bias=cfg.bias)
         self.scale = cfg.attn_scale
         self.dropout = cfg.dropout
+        self.bias_backward = cfg.bias_backward
+
+    def _blockwise_bias_grad(self, mask: Tensor | None, dropout: float) -> bool:
+        """A mask that needs a gradient (a learned bias) would send SDPA to its math kernel."""
+        needs_grad = mask is not None and mask.requires_grad and torch.is_grad_enabled()
+        return needs_grad and self.bias_backward == "blockwise" and dropout == 0.0
 
     def _heads(self, x: Tensor, n: int) -> Tensor:
         B, T, _ = x.shape
@@ -88,7 +96,8 @@ class Attention(nn.Module):
         offset: int = 0,
     ) -> Tensor:
         """x: (B, T, d). mask: additive float or boolean (True = attend), broadcast to
-        (B, H, T, S). is_causal: SDPA's own causal path (no materialised mask)."""
+        (B, H, T, S). is_causal: the rows are causal; with no mask, SDPA's own causal path (no
+        materialised mask), with one, the mask already hides the future."""
         B, T, _ = x.shape
         kv_dim = self.n_kv_heads * self.head_dim
         if self.cross:
@@ -110,13 +119,11 @@ class Attention(nn.Module):
             # expanded views: SDPA's CPU kernels do not take enable_gqa, and a repeat is cheap
             group = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
-        y = F.scaled_dot_product_attention(
-            q,
-            k,
-            v,
-            attn_mask=mask,
-            dropout_p=self.dropout if self.training else 0.0,
-            is_causal=is_causal and mask is None,
-            scale=self.scale,
-        )
+        dropout = self.dropout if self.training else 0.0
+        if self._blockwise_bias_grad(mask, dropout):
+            y = biased_attention(q, k, v, mask, self.scale, causal_offset=offset if is_causal else None)
+        else:
+            y = F.scaled_dot_product_attention(
+                q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal and mask is None, scale=self.scale
+            )
         return self.out(y.transpose(1, 2).reshape(B, T, -1))

@@ -103,7 +103,8 @@ class TransformerStack(nn.Module):
 
     def self_mask(self, T: int, offset: int, attention_mask: Tensor | None, x: Tensor) -> tuple[Tensor | None, bool]:
         """The self-attention mask of one forward, as (mask, is_causal). With no bias and no padding,
-        SDPA's causal flag is used and no T×T mask is built, so the fused kernels run.
+        SDPA's causal flag is used and no T×T mask is built, so the fused kernels run; otherwise the
+        mask hides the future itself and is_causal says so (a learned bias's backward skips it).
 
         Args:
             T: new positions (the queries).
@@ -122,7 +123,7 @@ class TransformerStack(nn.Module):
         if causal_rows:
             visible = torch.ones(T, offset + T, dtype=torch.bool, device=x.device).tril(offset)
             mask = visible if mask is None else mask.masked_fill(~visible, float("-inf"))
-        return mask, False
+        return mask, causal_rows
 
     def forward(
         self,

@@ -13,9 +13,15 @@ NormName = Literal["layernorm", "rmsnorm"]
 NormPlacement = Literal["pre", "post"]
 Activation = Literal["relu", "gelu", "swiglu", "geglu"]
 GeluApproximation = Literal["none", "tanh"]
+BiasBackward = Literal["blockwise", "math"]
 
 GATED_ACTIVATIONS = ("swiglu", "geglu")
 IGNORE_INDEX = -100  # label of positions without a loss: F.cross_entropy's default ignore_index
+
+
+class ConfigError(ValueError):
+    """A value or combination in a run's configuration that cannot run. The message names the field,
+    the value and the fix; `cli.py` prints it in one line, without a traceback (`lit_modules.cli`)."""
 
 
 @dataclass(frozen=True)
@@ -48,6 +54,10 @@ assert set(POSITIONAL_FACTS) == set(get_args(PosEncoding))
 
 def _choices(literal) -> str:
     return ", ".join(repr(c) for c in get_args(literal))
+
+
+def _divisors(n: int) -> str:
+    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
 def default_d_ff(d_model: int, activation: str) -> int:
@@ -100,6 +110,10 @@ class ArchConfig:
             the block's activations in the backward pass (Chen et al. 2016): about one more forward
             per step for less activation memory. Training only (not in evaluation or with a KV
             cache); gradients are the same as without it, dropout included (its RNG state is replayed).
+        bias_backward: how attention differentiates a learned score bias (T5): `blockwise` runs the
+            fused kernel forward and recomputes the scores per block of queries in the backward
+            (`models.learned_bias`; no (B, H, T, T) state); `math` is SDPA's math kernel, which keeps
+            it. Same gradients to float rounding; with attention dropout in training, `math` is used.
     """
 
     vocab_size: int = 256
@@ -128,6 +142,7 @@ class ArchConfig:
     init_std: float = 0.02
     scaled_residual_init: bool = True
     activation_checkpointing: bool = False
+    bias_backward: BiasBackward = "blockwise"
 
     def __post_init__(self) -> None:
         for name, literal in (
@@ -136,35 +151,36 @@ class ArchConfig:
             ("norm_placement", NormPlacement),
             ("activation", Activation),
             ("gelu_approximate", GeluApproximation),
+            ("bias_backward", BiasBackward),
         ):
             value = getattr(self, name)
             if value not in get_args(literal):
-                raise ValueError(f"{name}={value!r} is not valid; choose one of {_choices(literal)}")
+                raise ConfigError(f"{name}={value!r} is not valid; choose one of {_choices(literal)}")
         set_lengths = ("max_seq_len",) if self.max_seq_len is not None else ()  # None: taken from the data
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", *set_lengths):
             if getattr(self, name) < 1:
-                raise ValueError(f"{name}={getattr(self, name)} must be a positive integer")
+                raise ConfigError(f"{name}={getattr(self, name)} must be a positive integer")
         if self.d_model % self.n_heads:
-            raise ValueError(
+            raise ConfigError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
-                f"choose n_heads among the divisors of d_model"
+                f"choose n_heads among {_divisors(self.d_model)}"
             )
         if self.n_heads % self.kv_heads:
-            raise ValueError(
+            raise ConfigError(
                 f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}; "
-                f"choose n_kv_heads among the divisors of n_heads"
+                f"choose n_kv_heads among {_divisors(self.n_heads)}"
             )
         if not 0.0 < self.rope_fraction <= 1.0:
-            raise ValueError(f"rope_fraction={self.rope_fraction} must be in (0, 1]")
+            raise ConfigError(f"rope_fraction={self.rope_fraction} must be in (0, 1]")
         if self.pos_encoding == "rope" and self.rotary_dim % 2:
-            raise ValueError(
+            raise ConfigError(
                 f"pos_encoding='rope' needs an even rotary dim, got head_dim*rope_fraction="
                 f"{self.rotary_dim}; change d_model, n_heads or rope_fraction"
             )
         if not 0.0 <= self.dropout < 1.0:
-            raise ValueError(f"dropout={self.dropout} must be in [0, 1)")
+            raise ConfigError(f"dropout={self.dropout} must be in [0, 1)")
         if not isinstance(self.activation_checkpointing, bool):  # a truthy string would switch it on silently
-            raise ValueError(
+            raise ConfigError(
                 f"activation_checkpointing={self.activation_checkpointing!r} is not valid; choose one of True, False"
             )
 

@@ -22,6 +22,9 @@ if TYPE_CHECKING:  # validate imports Lightning: a scheduler job that only runs 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # torch sets its intra-op threads from these
 # the sweep's folder, for `RunMetadata`: what runs write there is not a change of the code (`git_commit`)
 SWEEP_DIR_VAR = "SWEEP_DIR"
+# `lines`: each run prints one line per validation (`lit_modules.progress`), never a live bar, whose
+# redraws would fill its run.log even when the sweep echoes it to a terminal (not imported: no Lightning here)
+PROGRESS_VAR, PROGRESS_LINES = "SUITE_PROGRESS", "lines"
 
 
 def available_cores() -> int:
@@ -64,7 +67,8 @@ class Run:
         return [sys.executable, "cli.py", "fit", *self.args, *resume_args]
 
     def env(self) -> dict[str, str]:
-        return {var: str(self.threads) for var in THREAD_VARS} | {SWEEP_DIR_VAR: str(self.sweep_dir)}
+        threads = {var: str(self.threads) for var in THREAD_VARS}
+        return threads | {SWEEP_DIR_VAR: str(self.sweep_dir), PROGRESS_VAR: PROGRESS_LINES}
 
     def shell(self, resume: bool = False) -> str:
         """The same run as one shell line (what `--dry-run` prints, e.g. for a SLURM array)."""

@@ -74,7 +74,9 @@ def _echo(chunk: bytes) -> None:
 def tee(argv: list[str], env: dict[str, str], log: BinaryIO, echo: bool, procs: Processes) -> tuple[int, str]:
     """Runs `argv` in the repository root, copying its output to `log` and, with `echo`, to our stdout.
 
-    On a terminal the run gets a pseudo-terminal, so Lightning draws its usual live progress bar.
+    On a terminal the run gets a pseudo-terminal (colours, line buffering); its progress is still one
+    line per validation (`SUITE_PROGRESS=lines`, set by `experiments.sweep.commands`), since the
+    same bytes go to `run.log`.
 
     Returns:
         The exit status and the last `TAIL_BYTES` of the output.

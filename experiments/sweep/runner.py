@@ -95,7 +95,7 @@ def plan(run: Run, ledger: Ledger, retry_failed: bool) -> Action:
 def error_line(output: str, limit: int = 500) -> str:
     """A run's error on one line: the exception of the last traceback (with the rest of a multi-line
     message, which often ends with the cause), else jsonargparse's `error:`, else the last line."""
-    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\r", "", output)  # progress-bar escapes
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]|\r", "", output)  # terminal escapes (a bar forced by SUITE_PROGRESS=bar)
     lines = [line.strip() for line in text.splitlines() if line.strip()]
     for i in range(len(lines) - 1, -1, -1):
         if re.match(r"^([A-Za-z_][\w.]*(Error|Exception|Interrupt)|error)\b.*:", lines[i]):
@@ -141,7 +141,7 @@ def attempt(run: Run, action: Action, echo: bool, procs: Processes, log_name: st
     Args:
         run: the run.
         action: `start` or `resume` (from `checkpoints/last.ckpt`).
-        echo: also show the run's output (and Lightning's progress bar) on our stdout.
+        echo: also show the run's output (its progress lines) on our stdout.
         procs: where the process is registered while it runs.
         log_name: the log file (each further task of a multi-node run keeps its own).
     """

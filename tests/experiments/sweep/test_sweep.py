@@ -110,6 +110,17 @@ def test_sweep_writes_ledger_report_and_plots(main_sweep):
     assert list((out / "_summary").rglob("events.out.tfevents.*"))
 
 
+def test_run_logs_have_one_progress_line_per_validation(main_sweep):
+    """12 steps validated every 4: three lines, and none of a live bar's redraws (carriage returns, escapes)."""
+    _, out = main_sweep
+    for log in out.glob("*/seed*/run.log"):
+        text = log.read_text()
+        assert "\r" not in text and "\x1b[" not in text, log
+        steps = [line for line in text.splitlines() if line.startswith("step ")]
+        assert [line.split()[1] for line in steps] == ["4/12", "8/12", "12/12"], log
+        assert all("train/loss" in line and "val/loss" in line and "elapsed" in line for line in steps)
+
+
 def test_sweep_records_each_runs_code(main_sweep):
     """The ledger's git_commit is the run's own (run.json), and a dirty one has its patch beside it (this
     tree may be clean or dirty: tests/experiments/sweep/test_provenance.py makes both on a temporary repo)."""
@@ -146,8 +157,8 @@ def test_divergent_run_recorded_and_sweep_goes_on(killed_sweep):
 def test_failed_run_recorded_and_retried_only_on_request(killed_sweep):
     resumed, again, out = killed_sweep
     failed = by_run(read_rows(out))[("bad_bpe", "0")]
-    assert failed["status"] == "failed" and failed["error"].startswith("ValueError:")
-    assert "bpe vocab_size must be >=" in failed["error"]
+    # the CLI's one-line configuration error, which the ledger keeps as the run's error
+    assert failed["status"] == "failed" and failed["error"].startswith("error: data: bpe vocab_size must be >=")
     assert resumed == again == 1  # exit status: the number of failed runs
     log = (out / "bad_bpe" / "seed0" / "run.log").read_text()
     assert log.count("\n=== ") == 1  # the third invocation did not run it again
@@ -193,14 +204,29 @@ def test_bad_value_fails_before_any_run(tmp_path, tiny_spec, capsys):
         ({"grid": {"model.arch.n_heads": [3]}}, ["n_heads", "divisible"]),
         ({"grid": {"model.arch.norm": ["layernorm"]}, "base": ["configs/gpt/nope.yaml"]}, ["not found", "nope.yaml"]),
         ({"grid": {"trainer.max_steps": [5]}}, ["fixed and varied", "trainer.max_steps"]),
+        (
+            {"grid": {"model.arch.norm": ["layernorm"]}, "more_fixed": {"trainer.max_step": 5}},
+            ["trainer.max_step: unknown key; did you mean trainer.max_steps? (keys are not abbreviated)"],
+        ),
+        (
+            {"grid": {"model.arch.pos_enc": ["rope"]}},
+            ["model.arch.pos_enc: unknown key; did you mean model.arch.pos_encoding?"],
+        ),
+        ({"grid": {"data.batch_sise": [4]}}, ["data.batch_sise: unknown key; did you mean data.batch_size?"]),
+        ({"grid": {"model.arch.norm": ["batchnorm"]}}, ["model.arch.norm: 'batchnorm' is not valid; choose one of"]),
     ],
-    ids=["unknown-key", "cells-identical", "invalid-combination", "missing-base", "fixed-and-varied"],
+    ids=[
+        "unknown-key", "cells-identical", "invalid-combination", "missing-base", "fixed-and-varied",
+        "abbreviated-fixed-key", "abbreviated-axis", "misspelt-key", "bad-choice",
+    ],
 )
 def test_bad_spec_fails_before_any_run(tmp_path, tiny_spec, capsys, entries, expected):
     spec = tiny_spec(tmp_path / "spec.yaml", **entries)
     assert sweep.main([str(spec), "--out", str(tmp_path / "out")]) == 2
     err = capsys.readouterr().err
     assert all(word in err for word in expected), err
+    # one line, said once; nothing written: no ledger or sweep.json keeps a misspelt key
+    assert err.count("error:") == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
     assert not (tmp_path / "out").exists()
 
 
@@ -211,6 +237,7 @@ def test_dry_run_prints_one_command_per_run(tmp_path, tiny_spec, capsys):
     assert len(lines) == 6
     for line in lines:
         assert line.startswith("cd ") and "OMP_NUM_THREADS=" in line and " cli.py fit -c configs/gpt/base.yaml" in line
+        assert " SUITE_PROGRESS=lines " in line  # progress lines, not a bar, in every run's log
     assert sum("--seed_everything=4" in line and "--data.init_args.seed=4" in line for line in lines) == 3
     assert not (tmp_path / "out").exists()
 
