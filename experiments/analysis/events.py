@@ -8,10 +8,11 @@ its checkpoint and the interruption; files are read oldest first and a later val
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from tensorboard.backend.event_processing import event_accumulator
+from tensorboard.plugins.hparams import metadata as hparams_metadata
 
 EVENT_GLOB = "events.out.tfevents.*"
 
@@ -24,10 +25,12 @@ class RunScalars:
         curves: tag -> {step: value}, one value per step (the latest file's).
         wall_time_s: seconds from first to last event of each process, summed over resumed attempts
             (training and validation; process start-up is not in the event files).
+        wall_times: tag -> {step: when that value was logged (Unix time)}.
     """
 
     curves: dict[str, dict[int, float]]
     wall_time_s: float
+    wall_times: dict[str, dict[int, float]] = field(default_factory=dict)
 
     def last(self, tag: str, finite: bool = False) -> float | None:
         """The value at the tag's last step (the last finite one with `finite`), None if there is none."""
@@ -54,6 +57,7 @@ def read_scalars(run_dir: Path) -> RunScalars:
         run_dir: the folder Lightning's TensorBoardLogger wrote to.
     """
     curves: dict[str, dict[int, float]] = {}
+    stamps: dict[str, dict[int, float]] = {}
     wall = 0.0
     for path in _event_files(run_dir):
         acc = event_accumulator.EventAccumulator(str(path), size_guidance={event_accumulator.SCALARS: 0})
@@ -62,7 +66,26 @@ def read_scalars(run_dir: Path) -> RunScalars:
         for tag in acc.Tags()["scalars"]:
             for event in acc.Scalars(tag):
                 curves.setdefault(tag, {})[event.step] = event.value
+                stamps.setdefault(tag, {})[event.step] = event.wall_time
                 times.append(event.wall_time)
         if times:
             wall += max(times) - min(times)
-    return RunScalars(curves, wall)
+    return RunScalars(curves, wall, stamps)
+
+
+def read_hparams(run_dir: Path) -> dict[str, bool | float | str]:
+    """The hparams of the run's own HParams session (what `log_hyperparams` wrote; the latest
+    attempt's if resumed), {} if it logged none.
+
+    Args:
+        run_dir: the folder Lightning's TensorBoardLogger wrote to.
+    """
+    hparams: dict[str, bool | float | str] = {}
+    for path in _event_files(run_dir):
+        acc = event_accumulator.EventAccumulator(str(path))
+        acc.Reload()
+        content = acc.PluginTagToContent(hparams_metadata.PLUGIN_NAME).get(hparams_metadata.SESSION_START_INFO_TAG)
+        if content is not None:
+            start = hparams_metadata.parse_session_start_info_plugin_data(content)
+            hparams = {key: getattr(value, value.WhichOneof("kind")) for key, value in start.hparams.items()}
+    return hparams

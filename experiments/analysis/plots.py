@@ -14,6 +14,16 @@ import matplotlib.pyplot as plt
 Curve = Mapping[int, float]  # step -> value
 
 
+def seed_band(curves: Sequence[Curve]) -> dict[int, tuple[float, float, float]]:
+    """step -> (mean, min, max) over the runs' finite values at that step.
+
+    A resumed run may lack a point (a validation skipped on restore): each step averages what exists.
+    """
+    steps = sorted({s for c in curves for s in c if math.isfinite(c[s])})
+    values = {s: [c[s] for c in curves if s in c and math.isfinite(c[s])] for s in steps}
+    return {s: (sum(v) / len(v), min(v), max(v)) for s, v in values.items()}
+
+
 def learning_curves(runs_by_cell: Mapping[str, Sequence[Curve]], metric: str, path: Path) -> bool:
     """One line per cell: the mean over its runs at each step, and a band from their min to max.
 
@@ -28,17 +38,14 @@ def learning_curves(runs_by_cell: Mapping[str, Sequence[Curve]], metric: str, pa
     fig, ax = plt.subplots(figsize=(7, 4.5))
     drawn = False
     for cell, curves in runs_by_cell.items():
-        steps = sorted({s for c in curves for s in c if math.isfinite(c[s])})
-        if not steps:
+        band = seed_band(curves)
+        if not band:
             continue
-        # a resumed run may lack a point (a validation skipped on restore): average what exists
-        values = [[c[s] for c in curves if s in c and math.isfinite(c[s])] for s in steps]
-        mean = [sum(v) / len(v) for v in values]
+        steps = list(band)
+        mean, low, high = zip(*band.values())
         (line,) = ax.plot(steps, mean, label=f"{cell} (n={len(curves)})", marker="." if len(steps) < 30 else None)
         if len(curves) > 1:
-            ax.fill_between(
-                steps, [min(v) for v in values], [max(v) for v in values], color=line.get_color(), alpha=0.2
-            )
+            ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
         drawn = True
     if drawn:
         ax.set_xlabel("step")

@@ -1,7 +1,7 @@
 """`python cli.py report DIR`: the comparison table of a sweep, from its ledger and event files.
 
 Writes `DIR/report.md` (tables and plots), `DIR/report.csv` (the same numbers, one row per
-metric and cell), `DIR/plots/*.png` and the TensorBoard summary in `DIR/_summary/`. Only runs
+metric and cell), `DIR/plots/*.png` and the TensorBoard view `DIR/_summary/` (`tb_summary`). Only runs
 that finished (`done`) enter the statistics; diverged and failed runs are counted and shown.
 """
 
@@ -21,6 +21,7 @@ from experiments.analysis.events import read_scalars
 from experiments.analysis.stats import CONFIDENCE, EQUIVALENCE_TEST, PAIRED_TEST, POWER, Comparison
 from experiments.analysis.tb_summary import write_summary
 from experiments.sweep.ledger import LEDGER_NAME, Ledger
+from experiments.sweep.spec import SUMMARY_DIR
 from lit_modules.metrics import higher_is_better
 
 SWEEP_INFO = "sweep.json"
@@ -289,11 +290,7 @@ def build_report(out_dir: Path) -> str:
     markdown = "\n\n".join(sections)
     (out_dir / "report.md").write_text(markdown + "\n")
     write_csv(out_dir / "report.csv", analysis, axis_values)
-    means = {
-        c.name: {m: c.summaries[m].mean for m in analysis.metrics} | {"params": c.stat("params")}
-        for c in analysis.cells
-    }
-    write_summary(out_dir, tables, axis_values, means)
+    write_summary(out_dir, analysis, "\n\n".join([header, "## Results", tables]), figures)
     main_table = (
         f"{analysis.main}:\n\n{metric_table(analysis, analysis.main)}" if analysis.main else "(no val/* metric logged)"
     )
@@ -310,4 +307,5 @@ def main(argv: list[str]) -> int:
         return 2
     print(build_report(args.dir))
     print(f"\nReport: {args.dir / 'report.md'}")
+    print(f"TensorBoard (current runs, cell comparison, HParams): tensorboard --logdir {args.dir / SUMMARY_DIR}")
     return 0

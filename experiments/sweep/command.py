@@ -1,4 +1,4 @@
-"""`python cli.py sweep SPEC.yaml [--out DIR] [--jobs N] [--threads T] [--launcher pool|local|slurm] [--dry-run]
+"""`python cli.py sweep SPEC.yaml [--out DIR] [--jobs N|auto] [--threads T] [--launcher pool|local|slurm] [--dry-run]
 [--retry-failed] [--rerun CELL...]`
 
 Expands a spec (see `experiments.sweep.spec`) into ordinary `cli.py fit` runs, checks all of them with
@@ -30,9 +30,9 @@ from experiments.sweep.commands import Run, available_cores, make_runs
 from experiments.sweep.launchers import LAUNCHERS, run_local, slurm_parameters, slurm_threads, submit_slurm
 from experiments.sweep.ledger import FINISHED, LEDGER_NAME, Ledger
 from experiments.sweep.processes import terminate_as_interrupt
-from experiments.sweep.resources import threads_per_process
+from experiments.sweep.resources import auto_jobs, threads_per_process
 from experiments.sweep.runner import plan, run_sweep
-from experiments.sweep.spec import ROOT, Spec, SpecError, load_spec
+from experiments.sweep.spec import ROOT, SUMMARY_DIR, Spec, SpecError, load_spec
 from experiments.sweep.validate import CheckedCell, check_spec
 from lit_modules.files import write_json_atomic
 
@@ -118,6 +118,37 @@ def supersede(out_dir: Path, ledger: Ledger, runs: list[Run], cells: list[str]) 
     return dest
 
 
+def jobs_value(text: str) -> int | str:
+    """`--jobs`: a count of at least 1, or `auto`."""
+    if text == "auto":
+        return text
+    if text.isdigit() and int(text) >= 1:
+        return int(text)
+    raise argparse.ArgumentTypeError(f"{text!r}: give a number of runs at a time (1, 2, ...) or auto")
+
+
+def choose_jobs(
+    args: argparse.Namespace, spec: Spec, checked: dict[str, CheckedCell], ledger: Ledger, out_dir: Path
+) -> int:
+    """`--jobs auto` on this machine (`resources.auto_jobs`), printed with the threads it implies."""
+    if args.launcher == "slurm":  # the scheduler places the jobs: nothing to share here
+        return 1
+    cores = available_cores()
+    processes = max(c.shape.processes() for c in checked.values())
+    todo = sum(
+        run.cell in args.rerun or plan(run, ledger, args.retry_failed) in ("start", "resume")
+        for run in make_runs(spec, checked, out_dir, {name: 1 for name in checked})
+    )
+    jobs = auto_jobs(cores, processes, todo)
+    threads = args.threads or threads_per_process(cores, jobs, processes)
+    print(
+        f"--jobs auto: {jobs} run(s) at a time × {processes} process(es) × {threads} thread(s) "
+        f"on {cores} cores ({todo} run(s) to do)",
+        file=sys.stderr,
+    )
+    return jobs
+
+
 def run_threads(args: argparse.Namespace, spec: Spec, checked: dict[str, CheckedCell]) -> dict[str, int]:
     """Threads of each process of a cell's runs: `--threads`; else, on this machine, the cores shared by
     `--jobs` runs of that cell's processes each; on SLURM, `launcher.cpus_per_task` (else 1)."""
@@ -184,8 +215,9 @@ def main(argv: list[str]) -> int:
     parser.add_argument("spec", type=Path, help="the sweep spec (YAML), e.g. experiments/demo.yaml")
     parser.add_argument("--out", type=Path, help="sweep folder (default: runs/<spec name>)")
     parser.add_argument(
-        "--jobs", type=int, default=1,
-        help="runs at a time (not processes): each process of a run gets cores // (jobs × processes per run) threads",
+        "--jobs", type=jobs_value, default=1,
+        help="runs at a time (not processes): each process of a run gets cores // (jobs × processes per run) "
+        "threads; auto: one single-thread process per core, at most one run per run left to do",
     )
     parser.add_argument("--threads", type=int, help="torch threads per process instead of the share above")
     parser.add_argument(
@@ -200,8 +232,8 @@ def main(argv: list[str]) -> int:
         help="run these cells again from scratch (e.g. after a fix); old runs move to DIR/superseded/",
     )
     args = parser.parse_args(argv)
-    if args.jobs < 1 or (args.threads is not None and args.threads < 1):
-        parser.error("--jobs and --threads must be at least 1")
+    if args.threads is not None and args.threads < 1:
+        parser.error("--threads must be at least 1")
 
     try:
         spec = load_spec(args.spec)
@@ -209,13 +241,15 @@ def main(argv: list[str]) -> int:
         out_dir = (args.out or Path("runs") / spec.path.stem).resolve()
         check_same_sweep(out_dir, spec)
         check_tree(spec, out_dir, args.dry_run)
+        ledger = Ledger(out_dir / LEDGER_NAME, spec.axes)
+        if args.jobs == "auto":
+            args.jobs = choose_jobs(args, spec, checked, ledger, out_dir)
         threads = run_threads(args, spec, checked)
         parameters = check_launcher(args, spec, checked, threads)
     except SpecError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
     runs = make_runs(spec, checked, out_dir, threads)
-    ledger = Ledger(out_dir / LEDGER_NAME, spec.axes)
 
     if args.dry_run:
         dry_run(args, runs, ledger, parameters)
@@ -255,7 +289,7 @@ def main(argv: list[str]) -> int:
         print(f"\n{build_report(out_dir)}\n")
         print(f"Ledger:      {_shown(out_dir / LEDGER_NAME)}")
         print(f"Report:      {_shown(out_dir / 'report.md')}")
-        print(f"TensorBoard: tensorboard --logdir {_shown(out_dir)}")
+        print(f"TensorBoard: tensorboard --logdir {_shown(out_dir / SUMMARY_DIR)}")
     if claimed:
         print(f"{len(claimed)} run(s) skipped: another live process has claimed them (the report covers what ended):")
         for run, why in claimed:

@@ -77,6 +77,22 @@ def run_shape(trainer: dict[str, Any]) -> RunShape:
     )
 
 
+def auto_jobs(cores: int, processes: int, runs: int) -> int:
+    """`--jobs auto`: as many runs at a time as the cores hold one thread per process, but never more
+    than the runs left to do (whose processes then share the spare cores as threads).
+
+    The benchmark measured the rule on 2 cores (`experiments/bench/sweeps.py`): two single-thread runs
+    of a small model gave 5.5x the throughput of one two-thread run, since a small model's ops are too
+    short to keep two threads busy.
+
+    Args:
+        cores: cores this sweep may use.
+        processes: processes of the largest run (DDP cells start several).
+        runs: runs still to start or resume.
+    """
+    return max(1, min(cores // max(1, processes), runs))
+
+
 def threads_per_process(cores: int, jobs: int, processes: int) -> int:
     """Threads for each process of a run when `jobs` runs of `processes` processes share `cores`.
 

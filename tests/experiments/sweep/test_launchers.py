@@ -11,7 +11,7 @@ import pytest
 from experiments.sweep import command as sweep
 from experiments.sweep import launchers
 from experiments.sweep.commands import Run
-from experiments.sweep.resources import RunShape, count_devices, run_shape, threads_per_process
+from experiments.sweep.resources import RunShape, auto_jobs, count_devices, run_shape, threads_per_process
 from experiments.sweep.runner import CLAIMED, Outcome, write_outcome
 from experiments.sweep.spec import SpecError, load_spec
 
@@ -30,6 +30,34 @@ echo "Submitted batch job $((4242 + n))"
 )
 def test_threads_per_process(cores, jobs, processes, threads):
     assert threads_per_process(cores, jobs, processes) == threads
+
+
+@pytest.mark.parametrize(
+    "cores, processes, runs, jobs",
+    [(2, 1, 30, 2), (16, 2, 30, 8), (16, 1, 3, 3), (2, 2, 5, 1), (2, 4, 5, 1), (8, 1, 0, 1)],
+)
+def test_auto_jobs_fills_cores_with_single_thread_processes(cores, processes, runs, jobs):
+    assert auto_jobs(cores, processes, runs) == jobs
+
+
+@pytest.mark.parametrize("cores, seeds, jobs, threads", [(4, [0, 1, 2], 3, 1), (4, [0], 1, 4), (2, [0, 1, 2], 2, 1)])
+def test_jobs_auto_says_jobs_and_threads(tmp_path, tiny_spec, capsys, monkeypatch, cores, seeds, jobs, threads):
+    monkeypatch.setattr(sweep, "available_cores", lambda: cores)
+    spec = tiny_spec(tmp_path / "spec.yaml", grid={"model.arch.pos_encoding": ["rope"]}, seeds=seeds)
+    assert sweep.main([str(spec), "--out", str(tmp_path / "out"), "--dry-run", "--jobs", "auto"]) == 0
+    out, err = capsys.readouterr()
+    assert f"--jobs auto: {jobs} run(s) at a time × 1 process(es) × {threads} thread(s) on {cores} cores" in err
+    lines = out.strip().splitlines()
+    assert len(lines) == len(seeds) and all(f"OMP_NUM_THREADS={threads} " in line for line in lines)
+
+
+def test_jobs_must_be_a_count_or_auto(tmp_path, tiny_spec, capsys):
+    spec = tiny_spec(tmp_path / "spec.yaml", grid={"model.arch.pos_encoding": ["rope"]}, seeds=[0])
+    for bad in ("0", "two"):
+        with pytest.raises(SystemExit) as exit_info:
+            sweep.main([str(spec), "--jobs", bad, "--dry-run"])
+        assert exit_info.value.code == 2
+        assert "or auto" in capsys.readouterr().err
 
 
 def test_processes_per_run_from_trainer_settings():
