@@ -16,6 +16,7 @@ PIP := .venv/bin/pip
 
 demo: .venv/.installed
 	$(PY) cli.py sweep experiments/demo.yaml --out runs/demo
+	$(PY) cli.py samples runs/demo
 
 test: .venv/.installed-test
 	$(PY) -m pytest -q -m "not slow"

@@ -1,5 +1,6 @@
 """The base every DataModule of the suite subclasses: the fields they share and the loaders built from them."""
 
+import warnings
 from collections.abc import Sequence
 
 import lightning.pytorch as pl
@@ -8,6 +9,10 @@ from torch.utils.data import DataLoader, Dataset, Sampler
 
 from datamodules.download import DEFAULT_CACHE_DIR
 from datamodules.sampling import EpochSampler, RankSlices, RoundRobinBatches, resumable_batches
+
+# Lightning cannot see that RoundRobinBatches returns every index once (see `_eval_loader`) and warns so at
+# every `predict`
+warnings.filterwarnings("ignore", message=".*custom batch sampler `RoundRobinBatches` for prediction.*")
 
 
 class SuiteDataModule(pl.LightningDataModule):

@@ -2,20 +2,22 @@
 
 import hashlib
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import cached_property
 from pathlib import Path
 from typing import Literal, get_args
 
 import numpy as np
 import torch
+from PIL import Image
 from sklearn.model_selection import train_test_split
 from torch import Tensor
-from torch.utils.data import DataLoader, Dataset, default_collate
+from torch.utils.data import DataLoader, Dataset, Subset, default_collate
 from torchvision import datasets as tv_datasets
 from torchvision.transforms import v2
 
 from datamodules.base import SuiteDataModule
+from datamodules.predict import DEFAULT_INPUTS
 
 ImageDatasetName = Literal["digits", "cifar10", "mnist", "fashion_mnist"]
 
@@ -72,6 +74,7 @@ class ImageSpec:
     std: tuple[float, ...]
     load: Callable[[str | None, str], ImageArrays]
     augment: Callable[[], v2.Transform] | None = None  # train-time augmentation, when augment=True
+    classes: tuple[str, ...] = ()  # class names by label; empty: the labels' numbers
 
 
 IMAGE_DATASETS: dict[ImageDatasetName, ImageSpec] = {
@@ -80,10 +83,13 @@ IMAGE_DATASETS: dict[ImageDatasetName, ImageSpec] = {
         10, 32, 3, 255, (0.4914, 0.4822, 0.4465), (0.2470, 0.2435, 0.2616),
         _torchvision(tv_datasets.CIFAR10, "cifar10"),
         lambda: v2.Compose([v2.RandomCrop(32, padding=4), v2.RandomHorizontalFlip()]),
+        classes=("airplane", "automobile", "bird", "cat", "deer", "dog", "frog", "horse", "ship", "truck"),
     ),
     "mnist": ImageSpec(10, 28, 1, 255, (0.1307,), (0.3081,), _torchvision(tv_datasets.MNIST, "mnist")),
     "fashion_mnist": ImageSpec(
-        10, 28, 1, 255, (0.2860,), (0.3530,), _torchvision(tv_datasets.FashionMNIST, "fashion_mnist")
+        10, 28, 1, 255, (0.2860,), (0.3530,), _torchvision(tv_datasets.FashionMNIST, "fashion_mnist"),
+        classes=("T-shirt/top", "Trouser", "Pullover", "Dress", "Coat", "Sandal", "Shirt", "Sneaker", "Bag",
+                 "Ankle boot"),
     ),
 }
 assert set(IMAGE_DATASETS) == set(get_args(ImageDatasetName))
@@ -123,6 +129,48 @@ def collate_images(batch: Sequence[tuple[Tensor, int]]) -> dict[str, Tensor]:
     return {"images": images, "labels": labels}
 
 
+IMAGE_SUFFIXES = (".png", ".jpg", ".jpeg", ".bmp", ".gif", ".webp", ".tif", ".tiff")
+
+
+def image_paths(path: str | Path) -> list[Path]:
+    """``path`` itself, or the files of the folder ``path`` with an image suffix (:data:`IMAGE_SUFFIXES`), sorted."""
+    path = Path(path)
+    if path.is_dir():
+        files = sorted(f for f in path.iterdir() if f.is_file() and f.suffix.lower() in IMAGE_SUFFIXES)
+        if not files:
+            raise ValueError(f"predict_file {path} is a folder with no image ({', '.join(IMAGE_SUFFIXES)}) in it")
+        return files
+    if not path.is_file():
+        raise FileNotFoundError(f"predict_file {path} does not exist; give an image or a folder of images")
+    return [path]
+
+
+def read_image(path: Path, spec: ImageSpec) -> Tensor:
+    """An image file as the dataset's uint8 (C, H, W): grey or RGB as its channels, resized to its side."""
+    try:
+        with Image.open(path) as image:
+            image = image.convert("L" if spec.in_channels == 1 else "RGB")
+            image = image.resize((spec.image_size, spec.image_size), Image.Resampling.BILINEAR)
+    except (OSError, ValueError) as e:  # PIL's UnidentifiedImageError is an OSError
+        raise ValueError(f"{path}: not a readable image ({e}); remove it or convert it to PNG") from e
+    array = np.asarray(image, dtype=np.uint8).reshape(spec.image_size, spec.image_size, spec.in_channels)
+    return torch.from_numpy(array.copy()).permute(2, 0, 1)
+
+
+class NamedImages(Dataset[dict]):
+    """Items ``{"images", "labels", "index", "input"}`` of an :class:`ImageTensors` and its images' names."""
+
+    def __init__(self, images: Dataset, names: Sequence[str]) -> None:
+        self.images, self.names = images, list(names)
+
+    def __len__(self) -> int:
+        return len(self.names)
+
+    def __getitem__(self, i: int) -> dict:
+        image, label = self.images[i]
+        return {"images": image, "labels": label, "index": i, "input": self.names[i]}
+
+
 def _stratified(labels: Tensor, indices: np.ndarray, size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Split ``indices`` into (rest, held out ``size``), class proportions kept."""
     rest, held = train_test_split(indices, test_size=size, stratify=labels[indices].numpy(), random_state=seed)
@@ -137,6 +185,9 @@ class ImageDataModule(SuiteDataModule):
     default. ``seed`` seeds the splits and the shuffling. torchvision datasets download into
     ``cache_dir`` unless ``data_dir``, a torchvision root holding the dataset, is given.
 
+    ``predict_dataloader`` (``cli.py predict``) adds ``index`` and ``input`` (the image's name) to the batches;
+    ``labels`` is -1 for an image file.
+
     Args:
         dataset: ``digits`` (offline) or a torchvision dataset.
         batch_size: images per batch.
@@ -144,6 +195,9 @@ class ImageDataModule(SuiteDataModule):
             augmentation in :data:`IMAGE_DATASETS` (all but cifar10) ignore it.
         val_fraction: fraction held out for validation (of all images for digits, of the official
             training set otherwise).
+        predict_file: an image, or a folder of images (the files with an image suffix), for ``cli.py predict``:
+            converted to the dataset's channels, resized to its side, pixel values read as the dataset's
+            (digits and MNIST: bright strokes on black); unset: the first 4 test images.
         **kwargs: ``seed``, ``num_workers``, ``data_dir``, ``cache_dir``: see :class:`SuiteDataModule`.
     """
 
@@ -153,10 +207,12 @@ class ImageDataModule(SuiteDataModule):
         batch_size: int = 64,
         augment: bool = True,
         val_fraction: float = 0.15,
+        predict_file: str | None = None,
         **kwargs,
     ) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         self.dataset, self.augment, self.val_fraction = dataset, augment, val_fraction
+        self.predict_file = predict_file
         self.spec = IMAGE_DATASETS[dataset]
 
     @property
@@ -170,6 +226,11 @@ class ImageDataModule(SuiteDataModule):
     @property
     def in_channels(self) -> int:
         return self.spec.in_channels
+
+    @property
+    def class_names(self) -> tuple[str, ...]:
+        """Each label's name (digits and MNIST: the digit)."""
+        return self.spec.classes or tuple(map(str, range(self.num_classes)))
 
     @cached_property
     def _arrays(self) -> ImageArrays:
@@ -214,3 +275,15 @@ class ImageDataModule(SuiteDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._epoch_loader(self._dataset("test"), shuffle=False, collate_fn=collate_images)
+
+    def predict_dataloader(self) -> DataLoader:
+        if self.predict_file:
+            paths = image_paths(self.predict_file)
+            images = torch.stack([read_image(p, self.spec) for p in paths])  # all read first: a bad file fails early
+            # files hold 0..255 whatever the dataset's raw range: scale by 255, then the dataset's normalisation
+            dataset = ImageTensors(images, torch.full((len(paths),), -1), replace(self.spec, max_value=255))
+            named = NamedImages(dataset, [str(p) for p in paths])
+        else:
+            n = min(DEFAULT_INPUTS, len(self.splits["test"]))
+            named = NamedImages(Subset(self._dataset("test"), range(n)), [f"test[{i}]" for i in range(n)])
+        return self._eval_loader(named)

@@ -15,8 +15,9 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset
 
 from datamodules.base import SuiteDataModule
 from datamodules.download import resolve, sha256_bytes
+from datamodules.predict import PROMPT_CHARS, collate_lists, encode_inputs, read_lines, text_prompts
 from datamodules.sampling import GlobalIndexSampler, mix
-from datamodules.tokenization import Tokenizer, TokenizerFields, build_tokenizer
+from datamodules.tokenization import Tokenizer, TokenizerFields, build_tokenizer, load_tokenizer
 
 CorpusName = Literal["default", "tinyshakespeare", "wikitext2"]
 TextTokenizerName = Literal["char", "bpe"]
@@ -152,6 +153,10 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
     lengths are over identical targets. ``seed`` seeds the training windows; ``data_dir`` holds the
     corpus file (``input.txt`` / ``wikitext-2-raw-v1.zip``).
 
+    ``predict_dataloader`` (``cli.py predict``) gives ``{"index", "text", "input_ids"}`` lists: the lines of
+    ``predict_file`` or, unset, the starts of a few validation lines; a GPT continues them, a masked LM fills
+    their ``<mask>`` tokens.
+
     Args:
         corpus: which text; ``default`` needs no download.
         tokenizer: ``char`` or byte-level ``bpe``, fitted on the training part only.
@@ -162,6 +167,11 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
             rounded down to a multiple of the lengths' least common multiple).
         batch_size: windows per batch.
         train_batches_per_epoch: an epoch is this many batches of random windows.
+        predict_file: inputs of ``cli.py predict``, one per line (UTF-8; blank lines skipped): prompts for a
+            GPT, sentences with ``<mask>`` for a masked LM; unset: the starts (40 characters, at most half of
+            ``seq_len``) of 4 validation lines.
+        tokenizer_file: a saved tokenizer (a run's ``tokenizer.json``) to use instead of fitting one on the
+            training text: predicting or evaluating an old run with exactly its vocabulary.
         **kwargs: ``seed``, ``num_workers``, ``data_dir``, ``cache_dir``: see :class:`SuiteDataModule`.
     """
 
@@ -175,6 +185,8 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
         val_tokens: int = 65536,
         batch_size: int = 32,
         train_batches_per_epoch: int = 1000,
+        predict_file: str | None = None,
+        tokenizer_file: str | None = None,
         **kwargs,
     ) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
@@ -182,24 +194,31 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
         self.seq_len, self.val_tokens = seq_len, val_tokens
         self.eval_lengths = list(eval_lengths) if eval_lengths else [seq_len * k for k in (1, 2, 4, 8)]
         self.train_batches_per_epoch = train_batches_per_epoch
+        self.predict_file, self.tokenizer_file = predict_file, tokenizer_file
+
+    @cached_property
+    def _corpus(self) -> Corpus:
+        return CORPORA[self.corpus](self.data_dir, self.cache_dir)
+
+    @cached_property
+    def tokenizer(self) -> Tokenizer:
+        # a saved tokenizer needs no corpus: predicting from `predict_file` then reads no data at all
+        if self.tokenizer_file:
+            return load_tokenizer(self.tokenizer_file, self.tokenizer_name)
+        # line by line: BPE trains and encodes lines in parallel; lines keep their newlines
+        return build_tokenizer(self.tokenizer_name, self._corpus.train.splitlines(keepends=True), self.bpe_vocab_size)
 
     @cached_property
     def _data(self) -> _Tokenized:
         # built on first use (a property read by the CLI, prepare_data or setup), then kept in memory
-        corpus = CORPORA[self.corpus](self.data_dir, self.cache_dir)
-        # line by line: BPE trains and encodes lines in parallel; lines keep their newlines
+        corpus, tok = self._corpus, self.tokenizer
         train_lines = corpus.train.splitlines(keepends=True)
-        tok = build_tokenizer(self.tokenizer_name, train_lines, self.bpe_vocab_size)
 
         def as_tensor(lines: list[str]) -> Tensor:
             return torch.tensor(list(chain.from_iterable(tok.encode_batch(lines))), dtype=torch.long)
 
         val_lines = corpus.val.splitlines(keepends=True)
         return _Tokenized(tok, as_tensor(train_lines), as_tensor(val_lines), corpus.sha256)
-
-    @property
-    def tokenizer(self) -> Tokenizer:
-        return self._data.tokenizer
 
     @property
     def data_checksum(self) -> str:
@@ -243,3 +262,12 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
 
     def test_dataloader(self) -> list[DataLoader]:
         return self.val_dataloader()
+
+    def predict_dataloader(self) -> DataLoader:
+        if self.predict_file:
+            texts, source = read_lines(self.predict_file), f"predict_file {self.predict_file}"
+        else:
+            # at most half a training window: a prompt leaves room for what a model with learned positions adds
+            texts = text_prompts(self._corpus.val, chars=min(PROMPT_CHARS, self.seq_len // 2))
+            source = "default prompts (validation text)"
+        return self._eval_loader(encode_inputs(self.tokenizer, texts, source), collate_fn=collate_lists)

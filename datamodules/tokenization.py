@@ -5,8 +5,10 @@ Every fitted tokenizer (char, word, BPE) reserves the same special ids (``<pad>`
 generated algorithmic tasks number their specials differently (``<bos>``=1): both layouts are in :data:`SPECIALS`.
 """
 
+import json
 from collections.abc import Iterable, Sequence
-from typing import Literal, Protocol, TypeVar, get_args
+from pathlib import Path
+from typing import Any, Literal, Protocol, TypeVar, get_args
 
 from tokenizers import Tokenizer as HFTokenizer
 from tokenizers import decoders, models, pre_tokenizers, trainers
@@ -41,6 +43,7 @@ class Tokenizer(Protocol):
     bos_id: int
     eos_id: int
     special_ids: list[int]
+    mask_token: str
 
     def encode(self, text: str) -> list[int]: ...
 
@@ -50,6 +53,13 @@ class Tokenizer(Protocol):
         """Text of ``ids``, special tokens skipped."""
         ...
 
+    def unknown(self, text: str) -> list[str]:
+        """The symbols of ``text`` outside the vocabulary (they would encode as ``<unk>``)."""
+        ...
+
+    def to_dict(self) -> dict[str, Any]:
+        """Everything needed to rebuild the tokenizer (:func:`load_tokenizer`), as JSON-able data."""
+        ...
 
 
 class TokenizerFields:
@@ -82,11 +92,13 @@ class TokenizerFields:
     def special_token_ids(self) -> list[int]:
         return list(self.tokenizer.special_ids)
 
+
 class _Specials:
     """The shared special ids, as attributes."""
 
     pad_id, mask_id, bos_id, eos_id, unk_id = PAD_ID, MASK_ID, BOS_ID, EOS_ID, UNK_ID
     special_ids = list(range(len(SPECIAL_TOKENS)))
+    mask_token = SPECIAL_TOKENS[MASK_ID]  # how an input to `cli.py predict` marks a masked position
 
 
 _S = TypeVar("_S", bound="_SymbolTokenizer")
@@ -100,6 +112,7 @@ class _SymbolTokenizer(_Specials):
     """
 
     sep = ""  # what joins symbols back into text
+    kind: "TokenizerName"
 
     def __init__(self, symbols: Iterable[str]) -> None:
         self.itos = list(SPECIAL_TOKENS) + list(symbols)
@@ -129,11 +142,25 @@ class _SymbolTokenizer(_Specials):
         first = len(SPECIAL_TOKENS)
         return self.sep.join(self.itos[i] for i in ids if i >= first)
 
+    def unknown(self, text: str) -> list[str]:
+        return list(dict.fromkeys(s for s in self.split(text) if s not in self.stoi))
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": self.kind, "tokens": self.itos}
+
+    @classmethod
+    def from_dict(cls: type[_S], data: dict[str, Any]) -> _S:
+        tokens = data["tokens"]
+        if tuple(tokens[: len(SPECIAL_TOKENS)]) != SPECIAL_TOKENS:
+            raise ValueError(f"its first tokens are {tokens[: len(SPECIAL_TOKENS)]}, not the specials {SPECIAL_TOKENS}")
+        return cls(tokens[len(SPECIAL_TOKENS) :])
+
 
 class CharTokenizer(_SymbolTokenizer):
     """One token per character."""
 
     sep = ""
+    kind = "char"
 
     @staticmethod
     def split(text: str) -> list[str]:
@@ -144,6 +171,7 @@ class WordTokenizer(_SymbolTokenizer):
     """One token per whitespace-separated word (SCAN: commands and actions are words)."""
 
     sep = " "
+    kind = "word"
 
     @staticmethod
     def split(text: str) -> list[str]:
@@ -191,6 +219,20 @@ class BPETokenizer(_Specials):
     def decode(self, ids: Sequence[int]) -> str:
         return self.hf.decode(list(ids), skip_special_tokens=True)
 
+    def unknown(self, text: str) -> list[str]:
+        return []  # byte-level: every text encodes
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "bpe", "tokenizer": json.loads(self.hf.to_str())}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "BPETokenizer":
+        hf = HFTokenizer.from_str(json.dumps(data["tokenizer"]))
+        specials = tuple(hf.id_to_token(i) for i in range(len(SPECIAL_TOKENS)))
+        if specials != SPECIAL_TOKENS:
+            raise ValueError(f"its first tokens are {list(specials)}, not the specials {SPECIAL_TOKENS}")
+        return cls(hf)
+
 
 TokenizerName = Literal["char", "word", "bpe"]
 TOKENIZERS: dict[TokenizerName, type[CharTokenizer | WordTokenizer | BPETokenizer]] = {
@@ -204,3 +246,41 @@ assert set(TOKENIZERS) == set(get_args(TokenizerName))
 def build_tokenizer(name: TokenizerName, texts: Sequence[str], vocab_size: int) -> Tokenizer:
     """Fit the tokenizer ``name`` on ``texts`` (``vocab_size`` is used by BPE only)."""
     return TOKENIZERS[name].fit(texts, vocab_size)
+
+
+def load_tokenizer(path: str | Path, expected: TokenizerName | None = None) -> Tokenizer:
+    """The tokenizer saved at ``path`` (a run's ``tokenizer.json``: ``to_dict`` as JSON).
+
+    Args:
+        path: the file.
+        expected: the kind the DataModule is configured with (``char``, ``word``, ``bpe``); another is an error.
+    """
+    path = Path(path)
+    if not path.is_file():
+        raise FileNotFoundError(f"tokenizer_file {path} does not exist; a run saves its tokenizer as tokenizer.json")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        kind = data["kind"]
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"tokenizer_file {path} is not a saved tokenizer (JSON with a 'kind'): {e}") from e
+    if kind not in TOKENIZERS:
+        raise ValueError(f"tokenizer_file {path}: kind {kind!r} is not one of {', '.join(map(repr, TOKENIZERS))}")
+    if expected is not None and kind != expected:
+        raise ValueError(
+            f"tokenizer_file {path} holds a {kind!r} tokenizer but the data is configured with tokenizer={expected!r}; "
+            f"set tokenizer: {kind} (the run's) or drop tokenizer_file"
+        )
+    try:
+        return TOKENIZERS[kind].from_dict(data)
+    except (ValueError, KeyError, TypeError) as e:
+        raise ValueError(f"tokenizer_file {path} is not a valid {kind!r} tokenizer: {e}") from e
+
+
+def encode_marked(tokenizer: Tokenizer, text: str) -> list[int]:
+    """``text`` as ids, each literal ``<mask>`` (``tokenizer.mask_token``) as the mask id: how a masked-LM input
+    to ``cli.py predict`` marks its blanks whatever the tokenizer (a character tokenizer would spell it out)."""
+    pieces = text.split(tokenizer.mask_token)
+    ids = tokenizer.encode(pieces[0]) if pieces[0] else []
+    for piece in pieces[1:]:
+        ids += [tokenizer.mask_id, *(tokenizer.encode(piece) if piece else [])]
+    return ids

@@ -4,6 +4,7 @@ import gzip
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property, partial
+from itertools import repeat
 from typing import Literal, get_args
 
 import torch
@@ -12,9 +13,10 @@ from torch.utils.data import DataLoader
 
 from datamodules.base import SuiteDataModule
 from datamodules.download import resolve, sha256_bytes
+from datamodules.predict import DEFAULT_INPUTS, encode_inputs, read_lines
 from datamodules.sampling import BucketBatchSampler, EpochSampler, ResumeBatches, batches_done_this_epoch, generator
 from datamodules.scan import SCAN_SPLITS, Pair, ScanSplitName, all_pairs
-from datamodules.tokenization import Tokenizer, TokenizerFields, build_tokenizer
+from datamodules.tokenization import Tokenizer, TokenizerFields, build_tokenizer, load_tokenizer
 from models.config import IGNORE_INDEX
 
 TranslationDatasetName = Literal["scan", "multi30k"]
@@ -136,6 +138,10 @@ class TranslationDataModule(TokenizerFields, SuiteDataModule):
     1,000-pair subset of its test split, test the whole test split. ``seed`` seeds the split (scan
     simple), the val subset and the batch order; ``data_dir`` holds the multi30k ``*.gz`` files.
 
+    ``predict_dataloader`` (``cli.py predict``) gives ``src_ids``, ``src_mask``, ``src_text``, ``tgt_text`` (the
+    reference, ``""`` when unknown) and ``index``: the lines of ``predict_file`` or, unset, the first validation
+    sources with their references.
+
     Args:
         dataset: ``scan`` (generated) or ``multi30k`` (German → English).
         split: SCAN split (``simple`` seeded 80/20, ``length`` ≤ 22 actions, ``cutoff26`` ≤ 26
@@ -145,6 +151,10 @@ class TranslationDataModule(TokenizerFields, SuiteDataModule):
         bpe_vocab_size: BPE vocabulary size, specials included.
         max_len: source and ``tgt_in`` / ``tgt_out`` are truncated to this many tokens.
         batch_size: pairs per batch.
+        predict_file: source sentences for ``cli.py predict``, one per line (UTF-8; blank lines skipped;
+            truncated to ``max_len`` tokens as in training); unset: the first 4 validation sources.
+        tokenizer_file: a saved tokenizer (a run's ``tokenizer.json``) to use instead of fitting one on the
+            training pairs: predicting or evaluating an old run with exactly its vocabulary.
         **kwargs: ``seed``, ``num_workers``, ``data_dir``, ``cache_dir``: see :class:`SuiteDataModule`.
     """
 
@@ -156,18 +166,31 @@ class TranslationDataModule(TokenizerFields, SuiteDataModule):
         bpe_vocab_size: int = 8000,
         max_len: int = 64,
         batch_size: int = 64,
+        predict_file: str | None = None,
+        tokenizer_file: str | None = None,
         **kwargs,
     ) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         self.dataset, self.split = dataset, split
         self.tokenizer_name: TranslationTokenizerName = tokenizer or DATASETS[dataset].default_tokenizer
         self.bpe_vocab_size, self.max_len = bpe_vocab_size, max_len
+        self.predict_file, self.tokenizer_file = predict_file, tokenizer_file
+
+    @cached_property
+    def _pairs(self) -> PairSplits:
+        return DATASETS[self.dataset].load(self.split, self.seed, self.data_dir, self.cache_dir)
+
+    @cached_property
+    def tokenizer(self) -> Tokenizer:
+        # a saved tokenizer needs no data: translating a `predict_file` then reads no pairs at all
+        if self.tokenizer_file:
+            return load_tokenizer(self.tokenizer_file, self.tokenizer_name)
+        train = self._pairs.train
+        return build_tokenizer(self.tokenizer_name, [s for s, _ in train] + [t for _, t in train], self.bpe_vocab_size)
 
     @cached_property
     def _data(self) -> _Encoded:
-        pairs = DATASETS[self.dataset].load(self.split, self.seed, self.data_dir, self.cache_dir)
-        texts = [s for s, _ in pairs.train] + [t for _, t in pairs.train]
-        tok = build_tokenizer(self.tokenizer_name, texts, self.bpe_vocab_size)
+        pairs, tok = self._pairs, self.tokenizer
 
         def encode(split: list[Pair]) -> list[Example]:
             src = tok.encode_batch([s for s, _ in split])
@@ -176,10 +199,6 @@ class TranslationDataModule(TokenizerFields, SuiteDataModule):
             return [(s[: self.max_len], t[: self.max_len - 1], text) for s, t, (_, text) in zip(src, tgt, split)]
 
         return _Encoded(tok, encode(pairs.train), encode(pairs.val), encode(pairs.test), pairs.sha256)
-
-    @property
-    def tokenizer(self) -> Tokenizer:
-        return self._data.tokenizer
 
     @property
     def data_checksum(self) -> str:
@@ -204,3 +223,21 @@ class TranslationDataModule(TokenizerFields, SuiteDataModule):
 
     def test_dataloader(self) -> DataLoader:
         return self._eval_loader(self._data.test, collate_fn=self._collate())
+
+    def predict_dataloader(self) -> DataLoader:
+        if self.predict_file:
+            sources, references = read_lines(self.predict_file), None
+            source = f"predict_file {self.predict_file}"
+        else:
+            sources, references = zip(*self._pairs.val[:DEFAULT_INPUTS])
+            source = "default inputs (validation sources)"
+        items = encode_inputs(self.tokenizer, sources, source)
+        for item, reference in zip(items, references or repeat("")):
+            # a source with no target: collate_pairs pads the sources as in training; tgt_text carries the reference
+            item["example"] = (item["input_ids"][: self.max_len], [], reference)
+        return self._eval_loader(items, collate_fn=self._collate_predict)
+
+    def _collate_predict(self, items: Sequence[dict]) -> dict[str, Tensor | list]:
+        batch = self._collate()([item["example"] for item in items])
+        del batch["tgt_in"], batch["tgt_out"]  # no target to teacher-force
+        return batch | {"src_text": [item["text"] for item in items], "index": [item["index"] for item in items]}

@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import json
 import math
 import warnings
 from dataclasses import asdict, replace
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
@@ -13,9 +15,11 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from models import ArchConfig
-from models.config import IGNORE_INDEX
+from models.config import IGNORE_INDEX, ConfigError
 
+from .callbacks import TOKENIZER_FILE, check_tokenizer, evaluated_run
 from .optim import OptimConfig, build_optimizer
+from .predict import PredictionWriter, short
 
 # Values logged at the end of an evaluation come from torchmetrics' compute(), which already sums
 # every process's states; Lightning cannot know that and suggests sync_dist for each of them.
@@ -29,6 +33,16 @@ DATA_LENGTH_KEYS = ("seq_len", "max_len")
 def data_length(data_info: dict[str, Any]) -> int | None:
     """The longest sequence the data feeds the model, if `data_info` names it."""
     return next((int(data_info[key]) for key in DATA_LENGTH_KEYS if key in data_info), None)
+
+
+def data_info_changes(trained: dict[str, Any], now: dict[str, Any]) -> list[str]:
+    """`vocab_size=98 in the checkpoint, 99 now` for each value both name and that differs."""
+    canonical = lambda value: json.dumps(value, sort_keys=True)  # noqa: E731 (tuples and lists alike)
+    return [
+        f"{key}={trained[key]!r} in the checkpoint, {now[key]!r} now"
+        for key in sorted(trained.keys() & now.keys())
+        if canonical(trained[key]) != canonical(now[key])
+    ]
 
 
 class TaskModule(pl.LightningModule):
@@ -47,6 +61,10 @@ class TaskModule(pl.LightningModule):
     """
 
     hparam_metrics: tuple[str, ...] = ("val/loss",)
+    # settings of `cli.py predict` alone: not hyperparameters of the trained model. Kept out of the saved
+    # hparams because LightningCLI (2.6) replaces the command line's values with a checkpoint's hparams
+    # when `--ckpt_path` is given: saved, the training run's values would silently win.
+    predict_args: tuple[str, ...] = ()
 
     def __init__(
         self,
@@ -65,7 +83,38 @@ class TaskModule(pl.LightningModule):
         self.arch = replace(arch, **arch_fields)
         self.optim = optim
         self.compile = compile
-        self.save_hyperparameters()
+        self.save_hyperparameters(ignore=list(self.predict_args))
+
+    def configure_callbacks(self) -> list[pl.Callback]:
+        # `cli.py predict` writes predictions.jsonl with no callback to configure
+        trainer = self._trainer
+        return [PredictionWriter()] if trainer is not None and trainer.predicting else []
+
+    def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
+        """Refuses a checkpoint trained on other data before its weights load (a vocabulary of another size
+        would fail deep in `load_state_dict`): the run's `tokenizer.json` must equal the data's tokenizer,
+        and the data-decided values (`data_info`) the checkpoint was trained with must be the data's now."""
+        trainer = self._trainer
+        run = evaluated_run(trainer) if trainer is not None else None
+        if run is not None:
+            check_tokenizer(trainer, run)  # every process: a collective
+        changed = data_info_changes(checkpoint.get("hyper_parameters", {}).get("data_info") or {}, self.data_info)
+        if changed:
+            saved = run / TOKENIZER_FILE if run is not None else Path("<run>") / TOKENIZER_FILE
+            raise ConfigError(
+                f"data: the checkpoint was trained on other data: {'; '.join(changed)}. The data changed since the "
+                f"run (a re-fitted vocabulary, another dataset); evaluate it on its own data, or with its "
+                f"vocabulary: --data.tokenizer_file {saved}"
+            )
+
+    def predict_settings(self) -> dict[str, Any]:
+        """The settings of `predict_step`, written with every prediction."""
+        return {}
+
+    def describe_prediction(self, record: dict[str, Any]) -> str:
+        """One prediction on one line, for the printout of `cli.py predict`."""
+        output = record["output"]
+        return f"{short(record['input'], 80)!r} -> {short(output) if isinstance(output, str) else output}"
 
     def configure_model(self) -> None:
         if self.compile and not isinstance(self.model, torch._dynamo.eval_frame.OptimizedModule):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import warnings
+from dataclasses import asdict
 from typing import Any
 
 import torch
@@ -12,10 +13,11 @@ from torchmetrics import MeanMetric, Metric
 from torchmetrics.text import Perplexity
 
 from models import GPT, ArchConfig
-from models.config import IGNORE_INDEX
+from models.config import IGNORE_INDEX, ConfigError
 
 from .base import TaskModule
 from .optim import OptimConfig
+from .predict import Generation, datamodule_attr
 
 
 class ExactMatchByLength(Metric):
@@ -56,12 +58,18 @@ class CausalLM(TaskModule):
     `train_max_len`). All answer tokens right under teacher forcing is exactly the condition for
     greedy decoding to reproduce the answer, so no decoding loop is needed.
 
+    `cli.py predict` continues prompts (the DataModule's `predict_dataloader`) as `generation` says,
+    through the KV cache; with learned positions a continuation stops where the table ends, and a prompt
+    that fills the table keeps its last tokens (the record's `note` says so).
+
     Args:
         sample_tokens: tokens sampled into TensorBoard at each validation (0: none).
         sample_temperature: sampling temperature.
+        generation: how `cli.py predict` continues a prompt (`--model.generation.max_new_tokens 50`).
     """
 
     hparam_metrics = ("val/loss", "val/ppl")
+    predict_args = ("generation",)
 
     def __init__(
         self,
@@ -71,10 +79,12 @@ class CausalLM(TaskModule):
         compile: bool = False,
         sample_tokens: int = 200,
         sample_temperature: float = 0.8,
+        generation: Generation = Generation(),
     ):
         super().__init__(arch, optim, data_info, compile)
         self.model = GPT(self.arch)
         self.sample_tokens, self.sample_temperature = sample_tokens, sample_temperature
+        self.generation = generation
         self.val_loss = torch.nn.ModuleList()  # one per evaluation length, made at the first validation
         self.val_names: dict[int, str | None] = {}
         self.unfit: set[int] = set()
@@ -174,3 +184,30 @@ class CausalLM(TaskModule):
         out = self.base_model.generate(prompt, budget, self.sample_temperature, top_k=None, generator=generator)
         text = "\n\n".join(f"    {tokenizer.decode(row.tolist())}".replace("\n", "\n    ") for row in out)
         experiment.add_text("samples", text, self.global_step)
+
+    def predict_step(self, batch: dict[str, list], batch_idx: int, dataloader_idx: int = 0) -> list[dict[str, Any]]:
+        tokenizer = datamodule_attr(self, "tokenizer")
+        return [self._continue(tokenizer, *item) for item in zip(batch["index"], batch["text"], batch["input_ids"])]
+
+    def _continue(self, tokenizer, index: int, text: str, ids: list[int]) -> dict[str, Any]:
+        if self.data_info.get("mask_token_id") in ids:
+            raise ConfigError(
+                f"data.predict_file: prompt {index + 1} ({text[:60]!r}) contains {tokenizer.mask_token}, which "
+                "marks a masked-LM input; a GPT continues plain text: remove it"
+            )
+        settings, limit, notes = self.generation, self.max_positions, []
+        if limit is not None and len(ids) >= limit:  # keep room for one new token in the learned table
+            ids = ids[-(limit - 1) :]
+            notes.append(f"prompt cut to its last {limit - 1} tokens")
+        new = settings.max_new_tokens if limit is None else min(settings.max_new_tokens, limit - len(ids))
+        if new < settings.max_new_tokens:
+            notes.append(f"{new} new tokens: learned positions end at {limit}")
+        # one generator per prompt, keyed by (seed, index): the same continuation in any batch, on any process
+        generator = torch.Generator(device=self.device).manual_seed(settings.seed * 1_000_003 + int(index))
+        prompt = torch.tensor([ids], dtype=torch.long, device=self.device)
+        out = self.base_model.generate(prompt, new, settings.temperature, settings.top_k, generator=generator)
+        record = {"index": int(index), "input": text, "output": tokenizer.decode(out[0, len(ids) :].tolist())}
+        return record | ({"note": "; ".join(notes)} if notes else {})
+
+    def predict_settings(self) -> dict[str, Any]:
+        return asdict(self.generation)

@@ -97,6 +97,10 @@ class SuiteCLI(LightningCLI):
         return option_keys(parser) + nested
 
     def before_instantiate_classes(self) -> None:
+        if self.subcommand and self.subcommand != "fit":
+            # the log folder's config.yaml re-runs the training (a sweep's runs log into their own
+            # folder): a validate/test/predict there keeps its config beside it, named for itself
+            self.save_config_kwargs = self.save_config_kwargs | {"config_filename": f"{self.subcommand}_config.yaml"}
         config = self.config.get(self.subcommand) if self.subcommand else self.config
         for group in ("model", "data"):
             check_dataclasses(config, group)

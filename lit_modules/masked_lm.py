@@ -11,10 +11,11 @@ from torchmetrics import MeanMetric
 from torchmetrics.classification import MulticlassAccuracy
 
 from models import ArchConfig, BertMLM
-from models.config import IGNORE_INDEX
+from models.config import IGNORE_INDEX, ConfigError
 
 from .base import TaskModule
 from .optim import OptimConfig
+from .predict import check_top_k, datamodule_attr, listed, ranked, short
 
 
 @dataclass(frozen=True)
@@ -62,12 +63,18 @@ class MaskedLM(TaskModule):
     Masking is a pure function of (seed, split, sample index): every run of a seed sees the same
     masks, on 1 or N processes, and validation is identical across epochs.
 
+    `cli.py predict` lists the `predict_top_k` most likely fills of every `<mask>` of an input, with their
+    probabilities (special tokens are never fills) and the input filled with the first choices; an input
+    with no `<mask>` gets its middle token masked (the record's `expected` is the token it hid).
+
     Args:
         masking: masking probabilities.
         seed: seed of the masking.
+        predict_top_k: fills listed per `<mask>` by `cli.py predict`.
     """
 
     hparam_metrics = ("val/loss", "val/acc")
+    predict_args = ("predict_top_k",)
 
     def __init__(
         self,
@@ -77,10 +84,12 @@ class MaskedLM(TaskModule):
         compile: bool = False,
         masking: MaskingConfig = MaskingConfig(),
         seed: int = 0,
+        predict_top_k: int = 5,
     ):
         super().__init__(arch, optim, data_info, compile)
         self.model = BertMLM(self.arch)
         self.masking, self.seed = masking, seed
+        self.predict_top_k = check_top_k(predict_top_k)
         self.mask_id = int(self.data_info.get("mask_token_id", 1))
         self.special_ids = list(self.data_info.get("special_token_ids", [0, 1, 2, 3]))
         self.val_loss = MeanMetric()
@@ -108,3 +117,40 @@ class MaskedLM(TaskModule):
         self.val_acc.update(logits.flatten(0, 1), labels.flatten())
         self.log("val/loss", self.val_loss, prog_bar=True, add_dataloader_idx=False)
         self.log("val/acc", self.val_acc, add_dataloader_idx=False)
+
+    def predict_step(self, batch: dict[str, list], batch_idx: int, dataloader_idx: int = 0) -> list[dict[str, Any]]:
+        tokenizer = datamodule_attr(self, "tokenizer")
+        return [self._fill(tokenizer, *item) for item in zip(batch["index"], batch["text"], batch["input_ids"])]
+
+    def _fill(self, tokenizer, index: int, text: str, ids: list[int]) -> dict[str, Any]:
+        limit = self.base_model.stack.pos.max_positions
+        if limit is not None and len(ids) > limit:
+            raise ConfigError(
+                f"data.predict_file: input {index + 1} ({short(text, 60)!r}) has {len(ids)} tokens, more than the "
+                f"{limit} positions of pos_encoding={self.arch.pos_encoding!r}; shorten it"
+            )
+        record: dict[str, Any] = {"index": int(index), "input": text}
+        masked = [i for i, token in enumerate(ids) if token == self.mask_id]
+        if not masked:  # the documented replacement: hide the middle token and see whether it comes back
+            middle = len(ids) // 2
+            before, hidden, after = ids[:middle], ids[middle : middle + 1], ids[middle + 1 :]
+            record["input"] = tokenizer.decode(before) + tokenizer.mask_token + tokenizer.decode(after)
+            record["expected"] = tokenizer.decode(hidden)
+            ids, masked = [*before, self.mask_id, *after], [middle]
+        logits = self.model(torch.tensor([ids], dtype=torch.long, device=self.device))[0, masked]
+        probabilities = logits.float().softmax(-1)
+        probabilities[:, self.special_ids] = 0  # no special token is a fill; the others keep their probabilities
+        fills = [ranked(p, self.predict_top_k, "token", lambda i: tokenizer.decode([i])) for p in probabilities]
+        record["output"] = [{"position": position, "fills": f} for position, f in zip(masked, fills)]
+        filled = list(ids)
+        for position, f in zip(masked, fills):
+            filled[position] = f[0]["id"]
+        return record | {"filled": tokenizer.decode(filled)}
+
+    def predict_settings(self) -> dict[str, Any]:
+        return {"top_k": self.predict_top_k}
+
+    def describe_prediction(self, record: dict[str, Any]) -> str:
+        fills = "; ".join(listed(mask["fills"], "token") for mask in record["output"])
+        expected = f" (hid {record['expected']!r})" if "expected" in record else ""
+        return f"{short(record['input'], 80)!r}{expected} -> {short(record['filled'], 80)!r}  [{fills}]"

@@ -11,10 +11,11 @@ from torchmetrics.classification import MulticlassAccuracy
 from torchmetrics.text import CHRFScore, SacreBLEUScore
 
 from models import ArchConfig, EncoderDecoder
-from models.config import IGNORE_INDEX
+from models.config import IGNORE_INDEX, ConfigError
 
 from .base import TaskModule
 from .optim import OptimConfig
+from .predict import datamodule_attr
 
 
 def until_eos(tokens: list[int], eos_id: int) -> list[int]:
@@ -27,14 +28,20 @@ class Translation(TaskModule):
     the validation/test sets, exact-match sequence accuracy, SacreBLEU and chrF++ (`val/chrf`:
     torchmetrics' CHRFScore defaults, character 6-grams plus word bigrams).
 
+    `cli.py predict` translates source sentences (greedy or beam search: `predict_beam_size`, else the
+    run's `beam_size`), up to the data's `max_len` tokens; the record's `reference` is the target when the
+    data has one.
+
     Args:
         label_smoothing: label smoothing of the training loss (validation loss is unsmoothed).
         beam_size: 1 decodes greedily, more uses beam search.
         length_penalty: beam-search length normalisation exponent.
         max_decode_extra: decode up to the reference length plus this many tokens.
+        predict_beam_size: beam size of `cli.py predict` (1: greedy); `None`: `beam_size`.
     """
 
     hparam_metrics = ("val/loss", "val/exact_match", "val/bleu")
+    predict_args = ("predict_beam_size",)
 
     def __init__(
         self,
@@ -46,8 +53,13 @@ class Translation(TaskModule):
         beam_size: int = 1,
         length_penalty: float = 1.0,
         max_decode_extra: int = 10,
+        predict_beam_size: int | None = None,
     ):
         super().__init__(arch, optim, data_info, compile)
+        self.predict_beam_size = beam_size if predict_beam_size is None else predict_beam_size
+        for name, size in (("beam_size", beam_size), ("predict_beam_size", self.predict_beam_size)):
+            if size < 1:
+                raise ConfigError(f"{name}={size} must be a positive integer (1: greedy)")
         self.model = EncoderDecoder(self.arch)
         self.label_smoothing, self.beam_size = label_smoothing, beam_size
         self.length_penalty, self.max_decode_extra = length_penalty, max_decode_extra
@@ -76,11 +88,14 @@ class Translation(TaskModule):
     def training_step(self, batch: dict[str, Any], batch_idx: int) -> torch.Tensor:
         return self.train_loss(self.forward_batch(batch), batch["tgt_out"], self.label_smoothing)
 
-    def decode(self, batch: dict[str, Any]) -> list[str]:
-        tokenizer = self.trainer.datamodule.tokenizer
-        max_len = batch["tgt_out"].shape[1] + self.max_decode_extra
+    def decode(self, batch: dict[str, Any], max_len: int | None = None, beam_size: int | None = None) -> list[str]:
+        """Translations of the batch's sources, at most `max_len` tokens (default: the references' length
+        plus `max_decode_extra`), with `beam_size` (default: the run's)."""
+        tokenizer = datamodule_attr(self, "tokenizer")
+        max_len = max_len or batch["tgt_out"].shape[1] + self.max_decode_extra
+        beam_size = beam_size or self.beam_size
         ids = self.model.beam_search(
-            batch["src_ids"], batch["src_mask"], self.bos_id, self.eos_id, max_len, self.beam_size, self.length_penalty
+            batch["src_ids"], batch["src_mask"], self.bos_id, self.eos_id, max_len, beam_size, self.length_penalty
         )
         return [tokenizer.decode(until_eos(row, self.eos_id)) for row in ids.tolist()]
 
@@ -107,3 +122,21 @@ class Translation(TaskModule):
 
     def stats_seq_len(self) -> int:
         return int(self.data_info.get("max_len", self.arch.max_seq_len))
+
+    @property
+    def predict_max_len(self) -> int:
+        """Tokens a prediction decodes at most: the data's `max_len`, the longest target it trained on."""
+        return int(self.data_info.get("max_len", self.arch.max_seq_len))
+
+    def predict_step(self, batch: dict[str, Any], batch_idx: int, dataloader_idx: int = 0) -> list[dict[str, Any]]:
+        translations = self.decode(batch, self.predict_max_len, self.predict_beam_size)
+        records = []
+        for index, source, translation, reference in zip(batch["index"], batch["src_text"], translations,
+                                                         batch["tgt_text"]):  # fmt: skip
+            record = {"index": int(index), "input": source, "output": translation}
+            records.append(record | ({"reference": reference} if reference else {}))
+        return records
+
+    def predict_settings(self) -> dict[str, Any]:
+        return {"beam_size": self.predict_beam_size, "length_penalty": self.length_penalty,
+                "max_len": self.predict_max_len}
