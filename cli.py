@@ -3,7 +3,7 @@
     python cli.py fit -c configs/gpt/tiny.yaml --model.arch.pos_encoding alibi
     python cli.py {fit,validate,test,predict} ...      LightningCLI (subclass mode for model and data)
     python cli.py sweep SPEC.yaml [--out DIR] [--jobs N|auto] [--threads T] [--launcher pool|local|slurm] [--dry-run]
-                               [--retry-failed] [--rerun CELL ...]
+                               [--retry-failed] [--rerun CELL ...] [--no-warm]
     python cli.py report DIR
     python cli.py bench [--smoke] [--sections a,b] [--compile]
     python cli.py samples DIR [--prompt TEXT]                                 one continuation per cell of a sweep

@@ -18,6 +18,7 @@ from torchvision.transforms import v2
 
 from datamodules.base import SuiteDataModule
 from datamodules.predict import DEFAULT_INPUTS
+from models.config import ConfigError
 
 ImageDatasetName = Literal["digits", "cifar10", "mnist", "fashion_mnist"]
 
@@ -97,6 +98,81 @@ assert set(IMAGE_DATASETS) == set(get_args(ImageDatasetName))
 DIGITS_TEST_FRACTION = 0.15  # digits has no official test split: a stratified one is held out
 
 
+@dataclass(frozen=True)
+class TrainRecipe:
+    """Training-image augmentations of the DeiT recipe, through timm's transform factory
+    (`timm.data.create_transform`), applied after the dataset's own crop and flip (`augment`). Each
+    is off by default; with all off, no timm transform runs and the images are those of before.
+
+    Args:
+        rand_augment: a timm RandAugment policy string (Cubuk et al. 2020), e.g. `rand-m9-mstd0.5-inc1`
+            (DeiT): magnitude 9, its std 0.5, increasing severity; None: off.
+        color_jitter: brightness, contrast and saturation jitter strength; 0: off. timm leaves it out
+            when `rand_augment` is set (RandAugment has its own colour operations).
+        random_erasing: probability of erasing a random box of a normalised training image with
+            per-pixel noise (Zhong et al. 2020; DeiT: 0.25); 0: off.
+    """
+
+    rand_augment: str | None = None
+    color_jitter: float = 0.0
+    random_erasing: float = 0.0
+
+    def __post_init__(self) -> None:
+        if self.rand_augment is not None and not self.rand_augment.startswith("rand-"):
+            raise ConfigError(
+                f"recipe.rand_augment={self.rand_augment!r} is not a RandAugment policy; give timm's "
+                "'rand-m<magnitude>[-mstd<std>][-n<ops>][-inc1]', e.g. 'rand-m9-mstd0.5-inc1'"
+            )
+        if self.color_jitter < 0:
+            raise ConfigError(f"recipe.color_jitter={self.color_jitter} must be 0 (off) or more (timm: 0.4)")
+        if not 0.0 <= self.random_erasing <= 1.0:
+            raise ConfigError(f"recipe.random_erasing={self.random_erasing} must be a probability in [0, 1]")
+
+    @property
+    def on(self) -> bool:
+        return self.rand_augment is not None or self.color_jitter > 0 or self.random_erasing > 0
+
+
+def _posterize(img: Image.Image, bits_to_keep: int, **kwargs) -> Image.Image:
+    """timm's posterize, with 0 bits kept giving black as Pillow < 13 did: Pillow 13 refuses 0, which
+    timm's increasing ('inc1') policies reach at magnitude 10 (a `mstd` draw from m9 gets there)."""
+    from timm.data import auto_augment
+
+    return img.point(lambda _: 0) if bits_to_keep == 0 else auto_augment.posterize(img, bits_to_keep, **kwargs)
+
+
+class RecipeTransform:
+    """uint8 (C, H, W) → normalised float (C, H, W) through timm's training transform, without its
+    crop and flips (the dataset's `augment` keeps those). timm's colour operations work on 8-bit PIL
+    images, so pixels are rescaled to 0..255 first; its normalisation is then the dataset's."""
+
+    def __init__(self, spec: ImageSpec, recipe: TrainRecipe) -> None:
+        from timm.data import create_transform  # imported on use: `import timm` takes seconds
+
+        _, self.colour, self.finish = create_transform(
+            (spec.in_channels, spec.image_size, spec.image_size),
+            is_training=True,
+            auto_augment=recipe.rand_augment,
+            color_jitter=recipe.color_jitter or None,
+            re_prob=recipe.random_erasing,
+            re_mode="pixel",
+            mean=spec.mean,
+            std=spec.std,
+            separate=True,
+        )
+        from timm.data import auto_augment
+
+        for transform in self.colour.transforms:
+            for op in getattr(transform, "ops", ()):  # RandAugment's operations
+                if op.aug_fn is auto_augment.posterize:
+                    op.aug_fn = _posterize
+        self.to_255 = 255.0 / spec.max_value
+
+    def __call__(self, x: Tensor) -> Tensor:
+        image = v2.functional.to_pil_image((x.float() * self.to_255).round().to(torch.uint8))
+        return self.finish(self.colour(image))
+
+
 class ImageTensors(Dataset[tuple[Tensor, int]]):
     """uint8 images → normalised float (C, H, W), optionally augmented; items are (image, label).
 
@@ -104,11 +180,19 @@ class ImageTensors(Dataset[tuple[Tensor, int]]):
         images: uint8 (N, C, H, W).
         labels: long (N,).
         spec: the dataset's scale and normalisation.
-        transform: augmentation applied to the uint8 image first.
+        transform: augmentation (or resizing) applied to the uint8 image first.
+        recipe: timm's augmentations after `transform`; it normalises the image itself.
     """
 
-    def __init__(self, images: Tensor, labels: Tensor, spec: ImageSpec, transform: v2.Transform | None = None) -> None:
-        self.images, self.labels, self.transform = images, labels, transform
+    def __init__(
+        self,
+        images: Tensor,
+        labels: Tensor,
+        spec: ImageSpec,
+        transform: v2.Transform | None = None,
+        recipe: RecipeTransform | None = None,
+    ) -> None:
+        self.images, self.labels, self.transform, self.recipe = images, labels, transform, recipe
         self.scale = 1.0 / spec.max_value
         self.mean = torch.tensor(spec.mean).view(-1, 1, 1)
         self.std = torch.tensor(spec.std).view(-1, 1, 1)
@@ -120,6 +204,8 @@ class ImageTensors(Dataset[tuple[Tensor, int]]):
         x = self.images[i]
         if self.transform is not None:
             x = self.transform(x)
+        if self.recipe is not None:
+            return self.recipe(x), int(self.labels[i])
         return (x.float() * self.scale - self.mean) / self.std, int(self.labels[i])
 
 
@@ -193,6 +279,12 @@ class ImageDataModule(SuiteDataModule):
         batch_size: images per batch.
         augment: random crop (padding 4) and horizontal flip on training images; datasets without an
             augmentation in :data:`IMAGE_DATASETS` (all but cifar10) ignore it.
+        recipe: timm's RandAugment, colour jitter and random erasing on training images
+            (:class:`TrainRecipe`: ``--data.recipe.rand_augment rand-m9-mstd0.5-inc1``); off by default.
+        eval_image_sizes: image sides at which validation and test are also run, each its own dataloader
+            (images resized bilinearly, antialiased): the resolution axis, e.g. ``[32, 48, 64]`` on
+            CIFAR-10 logs ``val/acc@32``, ``val/acc@48``, ``val/acc@64``. The training side is always
+            the first loader, whether listed or not; unset: one loader at the training side.
         val_fraction: fraction held out for validation (of all images for digits, of the official
             training set otherwise).
         predict_file: an image, or a folder of images (the files with an image suffix), for ``cli.py predict``:
@@ -208,12 +300,17 @@ class ImageDataModule(SuiteDataModule):
         augment: bool = True,
         val_fraction: float = 0.15,
         predict_file: str | None = None,
+        recipe: TrainRecipe = TrainRecipe(),
+        eval_image_sizes: list[int] | None = None,
         **kwargs,
     ) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         self.dataset, self.augment, self.val_fraction = dataset, augment, val_fraction
-        self.predict_file = predict_file
+        self.predict_file, self.recipe = predict_file, recipe
         self.spec = IMAGE_DATASETS[dataset]
+        if eval_image_sizes is not None and any(side < 1 for side in eval_image_sizes):
+            raise ConfigError(f"data.eval_image_sizes={eval_image_sizes}: every side must be a positive integer")
+        self.eval_image_sizes = list(eval_image_sizes) if eval_image_sizes else None
 
     @property
     def num_classes(self) -> int:
@@ -226,6 +323,11 @@ class ImageDataModule(SuiteDataModule):
     @property
     def in_channels(self) -> int:
         return self.spec.in_channels
+
+    @property
+    def eval_sides(self) -> list[int]:
+        """The side of each evaluation dataloader, the training side first."""
+        return [self.image_size, *(side for side in self.eval_image_sizes or () if side != self.image_size)]
 
     @property
     def class_names(self) -> tuple[str, ...]:
@@ -260,21 +362,33 @@ class ImageDataModule(SuiteDataModule):
     def prepare_data(self) -> None:
         _ = self._arrays
 
-    def _dataset(self, split: str) -> ImageTensors:
+    def _dataset(self, split: str, side: int | None = None) -> ImageTensors:
         from_test = split == "test" and self._arrays.test is not None
         x, y = self._arrays.test if from_test else self._arrays.train  # type: ignore[misc]
         idx = torch.from_numpy(self.splits[split])
-        augment = self.spec.augment() if split == "train" and self.augment and self.spec.augment else None
-        return ImageTensors(x[idx], y[idx], self.spec, augment)
+        if split != "train":
+            resize = v2.Resize((side, side), antialias=True) if side and side != self.image_size else None
+            return ImageTensors(x[idx], y[idx], self.spec, resize)
+        augment = self.spec.augment() if self.augment and self.spec.augment else None
+        recipe = RecipeTransform(self.spec, self.recipe) if self.recipe.on else None
+        return ImageTensors(x[idx], y[idx], self.spec, augment, recipe)
 
     def train_dataloader(self) -> DataLoader:
         return self._epoch_loader(self._dataset("train"), shuffle=True, collate_fn=collate_images)
 
-    def val_dataloader(self) -> DataLoader:
-        return self._epoch_loader(self._dataset("val"), shuffle=False, collate_fn=collate_images)
+    def _eval_loaders(self, split: str) -> DataLoader | list[DataLoader]:
+        if not self.eval_image_sizes:  # one loader, as before the resolution axis
+            return self._epoch_loader(self._dataset(split), shuffle=False, collate_fn=collate_images)
+        return [
+            self._epoch_loader(self._dataset(split, side), shuffle=False, collate_fn=collate_images)
+            for side in self.eval_sides
+        ]
 
-    def test_dataloader(self) -> DataLoader:
-        return self._epoch_loader(self._dataset("test"), shuffle=False, collate_fn=collate_images)
+    def val_dataloader(self) -> DataLoader | list[DataLoader]:
+        return self._eval_loaders("val")
+
+    def test_dataloader(self) -> DataLoader | list[DataLoader]:
+        return self._eval_loaders("test")
 
     def predict_dataloader(self) -> DataLoader:
         if self.predict_file:

@@ -16,8 +16,11 @@ from torch import Tensor, nn
 
 from models import ArchConfig
 from models.config import IGNORE_INDEX, ConfigError
+from models.finetune import FreezePolicy, load_weights, read_weights, set_trainable
+from models.peft import PeftConfig, trainable_parameters
 
 from .callbacks import TOKENIZER_FILE, check_tokenizer, evaluated_run
+from .finetune import Quantize, quantize_model
 from .optim import OptimConfig, build_optimizer
 from .predict import PredictionWriter, short
 
@@ -58,6 +61,14 @@ class TaskModule(pl.LightningModule):
             in by the CLI from the DataModule; they override the matching `arch` fields, and an
             unset `arch.max_seq_len` becomes the data's longest sequence (`data_length`).
         compile: run the model through `torch.compile`.
+        init_from: start from these weights: a suite checkpoint (`.ckpt` of a run, or a `.pt` state dict such
+            as a merged export) or a transformers/timm model folder (`models.interop.from_reference`).
+        init_replace: modules deliberately not loaded from `init_from` (a head for a new vocabulary or class
+            count, e.g. `[lm_head, tok]`); they keep their initialisation and always train.
+        freeze: base weights held fixed: `none`, `all`, `all_but_head`, `embeddings` (lookup tables);
+            `auto` is `none`, or `all` with a PEFT method.
+        peft: parameter-efficient fine-tuning (`--model.peft.method lora --model.peft.targets [q,v]`).
+        quantize: `int8` evaluates (validate/test/predict, on CPU) with dynamic int8 Linear layers.
     """
 
     hparam_metrics: tuple[str, ...] = ("val/loss",)
@@ -65,6 +76,9 @@ class TaskModule(pl.LightningModule):
     # hparams because LightningCLI (2.6) replaces the command line's values with a checkpoint's hparams
     # when `--ckpt_path` is given: saved, the training run's values would silently win.
     predict_args: tuple[str, ...] = ()
+    # kept out of the saved hparams for the same reason, or because a checkpoint already holds what they give:
+    # `init_from` (a run's checkpoint has its weights; the file may be gone by the time it is evaluated)
+    _NOT_HPARAMS = ("init_from", "quantize")
 
     def __init__(
         self,
@@ -72,6 +86,11 @@ class TaskModule(pl.LightningModule):
         optim: OptimConfig,
         data_info: dict[str, Any] | None = None,
         compile: bool = False,
+        init_from: str | None = None,
+        init_replace: tuple[str, ...] = (),
+        freeze: FreezePolicy = "auto",
+        peft: PeftConfig = PeftConfig(),
+        quantize: Quantize = "none",
     ):
         super().__init__()
         self.data_info = dict(data_info or {})
@@ -83,7 +102,10 @@ class TaskModule(pl.LightningModule):
         self.arch = replace(arch, **arch_fields)
         self.optim = optim
         self.compile = compile
-        self.save_hyperparameters(ignore=list(self.predict_args))
+        self.init_from, self.init_replace, self.freeze = init_from, tuple(init_replace), freeze
+        self.peft, self.quantize = peft, quantize
+        self._tuned = False
+        self.save_hyperparameters(ignore=[*self.predict_args, *self._NOT_HPARAMS])
 
     def configure_callbacks(self) -> list[pl.Callback]:
         # `cli.py predict` writes predictions.jsonl with no callback to configure
@@ -116,7 +138,39 @@ class TaskModule(pl.LightningModule):
         output = record["output"]
         return f"{short(record['input'], 80)!r} -> {short(output) if isinstance(output, str) else output}"
 
+    def prepare_model(self) -> None:
+        """Loads `init_from`, adds the PEFT method's parameters and sets which parameters train. Runs once,
+        from `configure_model`: before a checkpoint is restored (a resumed or evaluated run's checkpoint holds
+        the adapters, so they must exist) and before the optimiser is made."""
+        if self._tuned:
+            return
+        self._tuned = True
+        if self.init_from:
+            load_weights(self.model, read_weights(self.init_from), self.init_replace, source=str(self.init_from))
+        set_trainable(self.model, self.peft, self.freeze, self.init_replace)
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit" and self.quantize != "none":
+            raise ConfigError(
+                f"model.quantize: {self.quantize} is post-training quantization: use it with cli.py validate, "
+                "test or predict (with --ckpt_path), not fit"
+            )
+
+    def _quantize_for_evaluation(self) -> None:
+        if self.quantize != "none" and not self.trainer.state.fn == "fit":
+            self.model = quantize_model(self.base_model, self.quantize, self.device)
+
+    def on_validation_start(self) -> None:
+        self._quantize_for_evaluation()
+
+    def on_test_start(self) -> None:
+        self._quantize_for_evaluation()
+
+    def on_predict_start(self) -> None:
+        self._quantize_for_evaluation()
+
     def configure_model(self) -> None:
+        self.prepare_model()
         if self.compile and not isinstance(self.model, torch._dynamo.eval_frame.OptimizedModule):
             self.model = torch.compile(self.model)
 
@@ -165,6 +219,7 @@ class TaskModule(pl.LightningModule):
         return {
             "params": model.num_parameters(),
             "params_non_embedding": model.num_parameters(non_embedding=True),
+            "params_trainable": trainable_parameters(model),  # what the fairness warning compares
             "flops_per_token": model.flops_per_token(self.stats_seq_len()),
         }
 

@@ -80,8 +80,9 @@ class CausalLM(TaskModule):
         sample_tokens: int = 200,
         sample_temperature: float = 0.8,
         generation: Generation = Generation(),
+        **finetune: Any,  # TaskModule's: init_from, init_replace, freeze, peft, quantize
     ):
-        super().__init__(arch, optim, data_info, compile)
+        super().__init__(arch, optim, data_info, compile, **finetune)
         self.model = GPT(self.arch)
         self.sample_tokens, self.sample_temperature = sample_tokens, sample_temperature
         self.generation = generation

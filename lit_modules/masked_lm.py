@@ -85,8 +85,9 @@ class MaskedLM(TaskModule):
         masking: MaskingConfig = MaskingConfig(),
         seed: int = 0,
         predict_top_k: int = 5,
+        **finetune: Any,  # TaskModule's: init_from, init_replace, freeze, peft, quantize
     ):
-        super().__init__(arch, optim, data_info, compile)
+        super().__init__(arch, optim, data_info, compile, **finetune)
         self.model = BertMLM(self.arch)
         self.masking, self.seed = masking, seed
         self.predict_top_k = check_top_k(predict_top_k)

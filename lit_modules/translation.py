@@ -54,8 +54,9 @@ class Translation(TaskModule):
         length_penalty: float = 1.0,
         max_decode_extra: int = 10,
         predict_beam_size: int | None = None,
+        **finetune: Any,  # TaskModule's: init_from, init_replace, freeze, peft, quantize
     ):
-        super().__init__(arch, optim, data_info, compile)
+        super().__init__(arch, optim, data_info, compile, **finetune)
         self.predict_beam_size = beam_size if predict_beam_size is None else predict_beam_size
         for name, size in (("beam_size", beam_size), ("predict_beam_size", self.predict_beam_size)):
             if size < 1:

@@ -29,10 +29,9 @@ class TransformerModel(nn.Module):
 
     def init_weights(self) -> None:
         """Normal(0, init_std) for matrices and embeddings, zero biases, unit norms; GPT-2's
-        scaled init (std / sqrt(2·n_layers)) on the projections that write to the residual;
+        scaled init (std / sqrt(2·depth of its stack)) on the projections that write to the residual;
         Normal(0, 1/d_model) for token embeddings scaled by sqrt(d_model)."""
         std = self.cfg.init_std
-        residual_std = std / math.sqrt(2 * self.cfg.n_layers) if self.cfg.scaled_residual_init else std
         for name, module in self.named_modules():
             if isinstance(module, TokenEmbedding) and module.scale != 1.0:
                 # A scaled lookup starts at N(0, 1/d) so that ×sqrt(d) gives unit variance, the
@@ -40,8 +39,8 @@ class TransformerModel(nn.Module):
                 # tensor2tensor init). With 0.02 the positions would outweigh the tokens 3:1 at d=128.
                 nn.init.normal_(module.weight, std=1.0 / module.scale)
             elif isinstance(module, (nn.Linear, nn.Embedding)):
-                is_residual = name.endswith((".out", ".down"))
-                nn.init.normal_(module.weight, std=residual_std if is_residual else std)
+                scaled = self.cfg.scaled_residual_init and name.endswith((".out", ".down"))
+                nn.init.normal_(module.weight, std=std / math.sqrt(2 * self._depth(name)) if scaled else std)
             if isinstance(module, nn.Linear) and module.bias is not None:
                 nn.init.zeros_(module.bias)
 
@@ -68,4 +67,8 @@ class TransformerModel(nn.Module):
         return flops
 
     def _attention_layers(self) -> int:
+        return self.cfg.n_layers
+
+    def _depth(self, name: str) -> int:
+        """Blocks of the stack holding the module `name` (the scaled init's depth)."""
         return self.cfg.n_layers

@@ -14,6 +14,8 @@ from .norms import build_norm
 class BertMLM(TransformerModel):
     """Encoder + BERT's MLM head (dense, GELU, norm, then the tied decoder with its own bias)."""
 
+    head_modules = ("head_dense", "head_norm", "lm_head")  # what a fine-tune may replace or train alone
+
     def __init__(self, cfg: ArchConfig):
         super().__init__()
         self.cfg = cfg

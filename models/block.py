@@ -19,10 +19,11 @@ class Block(nn.Module):
     """Self-attention, optional cross-attention, FFN; each a residual branch with its own norm.
 
     Placement is data: `pre` is x + f(norm(x)) (the stack adds a final norm), `post` is the
-    original norm(x + f(x)) of Vaswani et al.
+    original norm(x + f(x)) of Vaswani et al. `drop_path` is this block's stochastic-depth rate:
+    each branch's output is zeroed per sample with that probability in training.
     """
 
-    def __init__(self, cfg: ArchConfig, cross_attention: bool = False):
+    def __init__(self, cfg: ArchConfig, cross_attention: bool = False, drop_path: float = 0.0):
         super().__init__()
         self.pre_norm = cfg.norm_placement == "pre"
         self.attn, self.attn_norm = Attention(cfg), build_norm(cfg)
@@ -30,17 +31,32 @@ class Block(nn.Module):
         self.cross_norm = build_norm(cfg) if cross_attention else None
         self.ffn, self.ffn_norm = FeedForward(cfg), build_norm(cfg)
         self.drop = nn.Dropout(cfg.dropout)
+        self.drop_path = _drop_path(drop_path)
 
     def _residual(self, x: Tensor, f: Callable[[Tensor], Tensor], norm: nn.Module) -> Tensor:
         if self.pre_norm:
-            return x + self.drop(f(norm(x)))
-        return norm(x + self.drop(f(x)))
+            return x + self.drop_path(self.drop(f(norm(x))))
+        return norm(x + self.drop_path(self.drop(f(x))))
 
     def forward(self, x: Tensor, ctx: StackContext, layer: int) -> Tensor:
         x = self._residual(x, lambda h: self.attn(h, **ctx.self_kwargs(layer)), self.attn_norm)
         if self.cross is not None:
             x = self._residual(x, lambda h: self.cross(h, **ctx.cross_kwargs(layer)), self.cross_norm)
         return self._residual(x, self.ffn, self.ffn_norm)
+
+
+def _drop_path(rate: float) -> nn.Module:
+    if rate == 0.0:  # no module, no random draw: a model without stochastic depth is as before
+        return nn.Identity()
+    from timm.layers import DropPath  # imported on use: `import timm` takes seconds
+
+    return DropPath(rate)
+
+
+def drop_path_rates(rate: float, depth: int) -> list[float]:
+    """Stochastic depth rising linearly over a stack, 0 at the first block and `rate` at the last
+    (Huang et al. 2016; timm's `torch.linspace(0, drop_path_rate, depth)`)."""
+    return [rate * i / max(1, depth - 1) for i in range(depth)]
 
 
 class StackContext:
@@ -76,6 +92,7 @@ class TransformerStack(nn.Module):
         cross_attention: blocks also attend to an encoder's output.
         positional: a scheme to use instead of the one `cfg.pos_encoding` names (ViT's 2-D tables).
         final_norm: end with a norm under pre-norm placement (ViT applies its own after pooling).
+        n_layers: blocks; `None` means `cfg.n_layers` (the encoder-decoder passes each stack's depth).
 
     With `cfg.activation_checkpointing`, a training forward keeps only each block's input and
     recomputes the block in the backward pass.
@@ -88,13 +105,15 @@ class TransformerStack(nn.Module):
         cross_attention: bool = False,
         positional: PositionalScheme | None = None,
         final_norm: bool = True,
+        n_layers: int | None = None,
     ):
         super().__init__()
         self.causal = causal
         self.pos = positional if positional is not None else build_positional(cfg, causal)
         self.embed_norm = build_norm(cfg) if cfg.embedding_norm else nn.Identity()
         self.drop = nn.Dropout(cfg.dropout)
-        self.blocks = nn.ModuleList(Block(cfg, cross_attention) for _ in range(cfg.n_layers))
+        rates = drop_path_rates(cfg.drop_path, n_layers or cfg.n_layers)
+        self.blocks = nn.ModuleList(Block(cfg, cross_attention, rate) for rate in rates)
         self.activation_checkpointing = cfg.activation_checkpointing
         self.final_norm = build_norm(cfg) if final_norm and cfg.norm_placement == "pre" else nn.Identity()
 
@@ -154,7 +173,8 @@ class TransformerStack(nn.Module):
         for layer, block in enumerate(self.blocks):
             if recompute:
                 # non-reentrant: gradients reach the parameters and the shared inputs (memory, T5's
-                # bias table) whatever requires grad; the RNG state is stashed, so dropout replays
+                # bias table) whatever requires grad; the RNG state is stashed, so dropout and
+                # DropPath replay the same draws
                 x = checkpoint(block, x, ctx, layer, use_reentrant=False)
             else:
                 x = block(x, ctx, layer)

@@ -11,9 +11,10 @@ from typing import Literal, get_args
 PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "t5", "none"]
 NormName = Literal["layernorm", "rmsnorm"]
 NormPlacement = Literal["pre", "post"]
-Activation = Literal["relu", "gelu", "swiglu", "geglu"]
+Activation = Literal["relu", "gelu", "silu", "swiglu", "geglu"]
 GeluApproximation = Literal["none", "tanh"]
 BiasBackward = Literal["blockwise", "math"]
+SinusoidalLayout = Literal["interleaved", "halves"]
 
 GATED_ACTIVATIONS = ("swiglu", "geglu")
 IGNORE_INDEX = -100  # label of positions without a loss: F.cross_entropy's default ignore_index
@@ -79,7 +80,10 @@ class ArchConfig:
     Args:
         vocab_size: token vocabulary (linked from the data at run time; unused by ViT).
         d_model: residual stream width.
-        n_layers: number of blocks (per stack for the encoder-decoder).
+        n_layers: number of blocks (per stack for the encoder-decoder, unless set apart below).
+        n_encoder_layers: the encoder-decoder's encoder depth; `None` means `n_layers`.
+        n_decoder_layers: the encoder-decoder's decoder depth; `None` means `n_layers`. A deep encoder
+            and a shallow decoder keep quality and decode faster (Kasai et al. 2021).
         n_heads: query heads.
         n_kv_heads: key/value heads (GQA/MQA); `None` means `n_heads` (MHA).
         d_ff: FFN hidden width; `None` picks `default_d_ff(d_model, activation)`.
@@ -87,10 +91,18 @@ class ArchConfig:
             schemes' cached tables); `None` takes it from the data: a task module sets it to the
             data's longest sequence (`data_info`), so it is set by hand only to differ from that.
         pos_encoding: positional scheme (ablation axis).
+        sinusoidal_layout: where `sinusoidal` puts each frequency's sine and cosine: `interleaved`
+            (dims 2i, 2i+1: Vaswani et al., tensor2tensor's paper) or `halves` (all sines, then all
+            cosines: fairseq, Marian).
+        learned_pos_offset: rows of a `learned` table before position 0 (BART's 2, a fairseq legacy
+            of padding-aware positions); they are never read.
         norm: normalisation layer (ablation axis).
         norm_placement: `pre` (x + f(norm(x)), final norm) or `post` (norm(x + f(x))).
-        activation: FFN activation (ablation axis).
+        activation: FFN activation (ablation axis); `silu` is an ungated SiLU (Swish) FFN (Marian).
         dropout: dropout on embeddings, attention weights and residual branches.
+        drop_path: stochastic depth (Huang et al. 2016; DeiT): the largest probability of dropping a
+            whole residual branch per sample in training, rising linearly from 0 at the first block to
+            this at the last of each stack (timm's `DropPath`). 0 builds no DropPath module at all.
         rope_base: RoPE frequency base θ.
         rope_fraction: fraction of each head's dims that are rotated (GPT-NeoX partial rotary).
         t5_num_buckets: relative-position buckets of the T5 bias.
@@ -99,13 +111,15 @@ class ArchConfig:
         norm_eps: epsilon of every norm.
         embedding_norm: a norm right after the embeddings (BERT, BLOOM).
         tie_embeddings: output projection shares the token embedding matrix.
+        output_bias: the encoder-decoder's output projection has a bias (Marian's and BART's
+            `final_logits_bias`).
         attn_scale: score scale; `None` means 1/sqrt(head_dim) (T5 uses 1.0).
         gelu_approximate: GELU's tanh approximation (GPT-2, BLOOM, T5 v1.1) or exact.
         scale_embeddings: multiply token embeddings by sqrt(d_model); `None` means "as the
             scheme's authors did" (`PositionalFacts.scales_embeddings`: on for `sinusoidal` only).
         init_std: std of the normal init of weights.
         scaled_residual_init: GPT-2 init: residual output projections get std
-            init_std/sqrt(2·n_layers).
+            init_std/sqrt(2·depth), depth being the blocks of their stack.
         activation_checkpointing: keep only each block's input in a training forward and recompute
             the block's activations in the backward pass (Chen et al. 2016): about one more forward
             per step for less activation memory. Training only (not in evaluation or with a KV
@@ -119,15 +133,20 @@ class ArchConfig:
     vocab_size: int = 256
     d_model: int = 128
     n_layers: int = 4
+    n_encoder_layers: int | None = None
+    n_decoder_layers: int | None = None
     n_heads: int = 4
     n_kv_heads: int | None = None
     d_ff: int | None = None
     max_seq_len: int | None = None
     pos_encoding: PosEncoding = "learned"
+    sinusoidal_layout: SinusoidalLayout = "interleaved"
+    learned_pos_offset: int = 0
     norm: NormName = "layernorm"
     norm_placement: NormPlacement = "pre"
     activation: Activation = "gelu"
     dropout: float = 0.0
+    drop_path: float = 0.0
     rope_base: float = 10000.0
     rope_fraction: float = 1.0
     t5_num_buckets: int = 32
@@ -136,6 +155,7 @@ class ArchConfig:
     norm_eps: float = 1e-5
     embedding_norm: bool = False
     tie_embeddings: bool = True
+    output_bias: bool = False
     attn_scale: float | None = None
     gelu_approximate: GeluApproximation = "none"
     scale_embeddings: bool | None = None
@@ -152,14 +172,19 @@ class ArchConfig:
             ("activation", Activation),
             ("gelu_approximate", GeluApproximation),
             ("bias_backward", BiasBackward),
+            ("sinusoidal_layout", SinusoidalLayout),
         ):
             value = getattr(self, name)
             if value not in get_args(literal):
                 raise ConfigError(f"{name}={value!r} is not valid; choose one of {_choices(literal)}")
-        set_lengths = ("max_seq_len",) if self.max_seq_len is not None else ()  # None: taken from the data
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", *set_lengths):
+        # None: max_seq_len is taken from the data, a stack depth is n_layers
+        optional = ("max_seq_len", "n_encoder_layers", "n_decoder_layers")
+        set_sizes = tuple(name for name in optional if getattr(self, name) is not None)
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", *set_sizes):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be a positive integer")
+        if self.learned_pos_offset < 0:
+            raise ConfigError(f"learned_pos_offset={self.learned_pos_offset} must be 0 or more (BART uses 2)")
         if self.d_model % self.n_heads:
             raise ConfigError(
                 f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
@@ -179,6 +204,8 @@ class ArchConfig:
             )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout={self.dropout} must be in [0, 1)")
+        if not 0.0 <= self.drop_path < 1.0:
+            raise ConfigError(f"drop_path={self.drop_path} must be in [0, 1) (DeiT-S uses 0.1)")
         if not isinstance(self.activation_checkpointing, bool):  # a truthy string would switch it on silently
             raise ConfigError(
                 f"activation_checkpointing={self.activation_checkpointing!r} is not valid; choose one of True, False"
@@ -187,6 +214,14 @@ class ArchConfig:
     @property
     def head_dim(self) -> int:
         return self.d_model // self.n_heads
+
+    @property
+    def encoder_layers(self) -> int:
+        return self.n_encoder_layers or self.n_layers
+
+    @property
+    def decoder_layers(self) -> int:
+        return self.n_decoder_layers or self.n_layers
 
     @property
     def kv_heads(self) -> int:

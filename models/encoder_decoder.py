@@ -12,15 +12,18 @@ from .config import ArchConfig
 
 
 class EncoderDecoder(TransformerModel):
-    """Shared source/target embeddings, a bidirectional encoder, a cross-attending decoder."""
+    """Shared source/target embeddings, a bidirectional encoder of `cfg.encoder_layers` blocks, a
+    cross-attending decoder of `cfg.decoder_layers` blocks."""
+
+    head_modules = ("lm_head",)  # what a fine-tune may replace or train alone (models/peft.py)
 
     def __init__(self, cfg: ArchConfig):
         super().__init__()
         self.cfg = cfg
         self.tok = TokenEmbedding(cfg)
-        self.encoder = TransformerStack(cfg, causal=False)
-        self.decoder = TransformerStack(cfg, causal=True, cross_attention=True)
-        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=False)
+        self.encoder = TransformerStack(cfg, causal=False, n_layers=cfg.encoder_layers)
+        self.decoder = TransformerStack(cfg, causal=True, cross_attention=True, n_layers=cfg.decoder_layers)
+        self.lm_head = nn.Linear(cfg.d_model, cfg.vocab_size, bias=cfg.output_bias)
         self.init_weights()
         if cfg.tie_embeddings:
             self.lm_head.weight = self.tok.weight
@@ -37,7 +40,10 @@ class EncoderDecoder(TransformerModel):
         return self.decode(tgt_ids, self.encode(src_ids, src_attention_mask), src_attention_mask)
 
     def _attention_layers(self) -> int:
-        return 3 * self.cfg.n_layers  # encoder self, decoder self, decoder cross
+        return self.cfg.encoder_layers + 2 * self.cfg.decoder_layers  # encoder self; decoder self and cross
+
+    def _depth(self, name: str) -> int:
+        return self.cfg.encoder_layers if name.startswith("encoder.") else self.cfg.decoder_layers
 
     @torch.no_grad()
     def greedy_decode(

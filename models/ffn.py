@@ -12,7 +12,7 @@ from .config import GATED_ACTIVATIONS, Activation, ArchConfig
 
 def _activations(cfg: ArchConfig) -> dict[Activation, callable]:
     gelu = partial(F.gelu, approximate=cfg.gelu_approximate)
-    return {"relu": F.relu, "gelu": gelu, "swiglu": F.silu, "geglu": gelu}
+    return {"relu": F.relu, "gelu": gelu, "silu": F.silu, "swiglu": F.silu, "geglu": gelu}
 
 
 class FeedForward(nn.Module):

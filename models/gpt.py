@@ -24,6 +24,7 @@ def sample_next(logits: Tensor, temperature: float, top_k: int | None, generator
 
 class GPT(TransformerModel):
     causal = True
+    head_modules = ("lm_head",)  # what a fine-tune may replace or train alone (models/peft.py)
 
     def __init__(self, cfg: ArchConfig):
         super().__init__()

@@ -21,7 +21,7 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from .config import POSITIONAL_FACTS, ArchConfig, PosEncoding, PositionalFacts
+from .config import POSITIONAL_FACTS, ArchConfig, PosEncoding, PositionalFacts, SinusoidalLayout
 
 
 class PositionalScheme(nn.Module):
@@ -44,14 +44,29 @@ class PositionalScheme(nn.Module):
         return None
 
 
-def sinusoidal_table(length: int, dim: int) -> Tensor:
-    """Vaswani et al. 2017: PE[p, 2i] = sin(p / 10000^(2i/d)), PE[p, 2i+1] = cos(same)."""
-    position = torch.arange(length, dtype=torch.float32)[:, None]
-    inv_freq = torch.exp(torch.arange(0, dim, 2, dtype=torch.float32) * (-math.log(10000.0) / dim))
-    table = torch.zeros(length, dim)
-    table[:, 0::2] = torch.sin(position * inv_freq)
-    table[:, 1::2] = torch.cos(position * inv_freq[: dim // 2])
+def _interleaved(sin: Tensor, cos: Tensor) -> Tensor:
+    table = torch.zeros(sin.shape[0], sin.shape[1] + cos.shape[1], dtype=sin.dtype)
+    table[:, 0::2], table[:, 1::2] = sin, cos
     return table
+
+
+# layout -> (dtype of the angles, how the sines and cosines are laid out). The interleaved table is
+# the suite's float32 one, which its results were trained with; the halves table is computed in
+# float64 and rounded, as Marian's (numpy) is, so a converted model's table is the reference's to the bit.
+SINUSOIDAL_LAYOUTS: dict[SinusoidalLayout, tuple[torch.dtype, Callable[[Tensor, Tensor], Tensor]]] = {
+    "interleaved": (torch.float32, _interleaved),
+    "halves": (torch.float64, lambda sin, cos: torch.cat((sin, cos), dim=-1)),
+}
+
+
+def sinusoidal_table(length: int, dim: int, layout: SinusoidalLayout = "interleaved") -> Tensor:
+    """Vaswani et al. 2017: sin(p / 10000^(2i/d)) and cos(same) for i < d/2, float32 (length, dim).
+    `interleaved`: PE[p, 2i] = sin, PE[p, 2i+1] = cos; `halves`: PE[p, i] = sin, PE[p, ceil(d/2) + i] = cos."""
+    dtype, arrange = SINUSOIDAL_LAYOUTS[layout]
+    position = torch.arange(length, dtype=dtype)[:, None]
+    inv_freq = torch.exp(torch.arange(0, dim, 2, dtype=dtype) * (-math.log(10000.0) / dim))
+    table = arrange(torch.sin(position * inv_freq), torch.cos(position * inv_freq[: dim // 2]))
+    return table.float()
 
 
 class SinusoidalPositions(PositionalScheme):
@@ -59,19 +74,21 @@ class SinusoidalPositions(PositionalScheme):
 
     def __init__(self, cfg: ArchConfig, causal: bool):
         super().__init__()
-        self.dim = cfg.d_model
+        self.dim, self.layout = cfg.d_model, cfg.sinusoidal_layout
         # a fixed function of the position: the table is a cache, grown on demand from any start
-        self.register_buffer("table", sinusoidal_table(cfg.max_seq_len or 0, cfg.d_model), persistent=False)
+        table = sinusoidal_table(cfg.max_seq_len or 0, cfg.d_model, self.layout)
+        self.register_buffer("table", table, persistent=False)
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
         end = offset + x.shape[1]
         if end > self.table.shape[0]:  # fixed function: extend for extrapolation
-            self.table = sinusoidal_table(2 * end, self.dim).to(self.table)
+            self.table = sinusoidal_table(2 * end, self.dim, self.layout).to(self.table)
         return x + self.table[offset:end]
 
 
 class LearnedPositions(PositionalScheme):
-    """One learned row per position: `length` rows (ViT: its token count), else `cfg.max_seq_len`."""
+    """One learned row per position: `length` rows (ViT: its token count), else `cfg.max_seq_len`,
+    after `cfg.learned_pos_offset` rows that are never read (BART's table starts at row 2)."""
 
     facts = POSITIONAL_FACTS["learned"]
 
@@ -83,20 +100,21 @@ class LearnedPositions(PositionalScheme):
                 "pos_encoding='learned' needs max_seq_len (the rows of its table); set it, or build the "
                 "model through a task module, which takes it from the data"
             )
-        self.table = nn.Embedding(length, cfg.d_model)
+        self.first = cfg.learned_pos_offset
+        self.table = nn.Embedding(self.first + length, cfg.d_model)
 
     @property
     def max_positions(self) -> int:
-        return self.table.num_embeddings
+        return self.table.num_embeddings - self.first
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
         end = offset + x.shape[1]
-        if end > self.table.num_embeddings:
+        if end > self.max_positions:
             raise ValueError(
-                f"sequence of {end} positions is longer than max_seq_len={self.table.num_embeddings} "
+                f"sequence of {end} positions is longer than max_seq_len={self.max_positions} "
                 f"of pos_encoding='learned'; raise max_seq_len or use a relative scheme"
             )
-        return x + self.table.weight[offset:end]
+        return x + self.table.weight[self.first + offset : self.first + end]
 
 
 class RotaryPositions(PositionalScheme):

@@ -1,11 +1,19 @@
-"""ViT classifier: patches -> shared Transformer stack -> CLS token or mean pooling."""
+"""ViT classifier: patches -> shared Transformer stack -> CLS token or mean pooling.
+
+Every positional form here also positions a patch grid of another side than the one it was built
+for (an image of another size, same patch size): learned tables are resampled over the grid
+(Dosovitskiy et al. 2020 §3.2, "fine-tuning and higher resolution"), the sin-cos table is
+recomputed, `none` has nothing to change. A CLS token is never on the grid: it keeps its row.
+"""
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable
-from typing import Literal
+from typing import Literal, get_args
 
 import torch
+import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .base import TransformerModel
@@ -15,45 +23,123 @@ from .norms import build_norm
 from .positional import LearnedPositions, PositionalScheme, sinusoidal_table
 
 Pooling = Literal["cls", "mean"]
+# a `learned` table: one row per token (ViT's 1-D) or a row table and a column table (App. D.4's 2-D)
+LearnedLayout = Literal["1d", "2d"]
+
+
+def grid_side(tokens: int, prefix_tokens: int) -> int:
+    """The side of the square patch grid under `tokens` tokens (ViT refuses non-square images)."""
+    return math.isqrt(tokens - prefix_tokens)
+
+
+def grid_table(rows: Tensor, cols: Tensor, prefix_tokens: int) -> Tensor:
+    """Per-axis tables (side, d/2) -> (prefix + side², d) in raster order: the first half of the
+    channels encodes the row, the second half the column; prefix tokens (CLS) get the zero vector."""
+    side, half = rows.shape
+    grid = torch.cat((rows[:, None, :].expand(side, side, half), cols[None, :, :].expand(side, side, half)), dim=-1)
+    return torch.cat((rows.new_zeros(prefix_tokens, 2 * half), grid.reshape(side * side, 2 * half)))
+
+
+def _even_channels(cfg: ArchConfig, multiple: int, scheme: str) -> None:
+    if cfg.d_model % multiple:
+        raise ValueError(f"{scheme} positions need d_model divisible by {multiple}, got d_model={cfg.d_model}")
 
 
 class SinCos2DPositions(PositionalScheme):
     """Fixed 2-D sin-cos table (MAE, "simple ViT"): half the channels encode the row, half the
-    column; a CLS token gets the zero vector."""
+    column; a CLS token gets the zero vector. Another grid gets its own table, computed."""
 
     facts = POSITIONAL_FACTS["sinusoidal"]
 
     def __init__(self, cfg: ArchConfig, grid: int, prefix_tokens: int):
         super().__init__()
-        if cfg.d_model % 4:
-            raise ValueError(f"2-D sin-cos positions need d_model divisible by 4, got d_model={cfg.d_model}")
-        axis = sinusoidal_table(grid, cfg.d_model // 2)
-        rows, cols = axis[:, None, :].expand(grid, grid, -1), axis[None, :, :].expand(grid, grid, -1)
-        table = torch.cat((rows, cols), dim=-1).reshape(grid * grid, cfg.d_model)
-        table = torch.cat((torch.zeros(prefix_tokens, cfg.d_model), table))
-        self.register_buffer("table", table, persistent=False)
+        _even_channels(cfg, 4, "2-D sin-cos")
+        self.grid, self.prefix, self.dim = grid, prefix_tokens, cfg.d_model
+        self.register_buffer("table", self._table(grid), persistent=False)
+
+    def _table(self, grid: int) -> Tensor:
+        axis = sinusoidal_table(grid, self.dim // 2)
+        return grid_table(axis, axis, self.prefix)
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
-        return x + self.table
+        grid = grid_side(x.shape[1], self.prefix)
+        return x + (self.table if grid == self.grid else self._table(grid).to(self.table))
+
+
+class LearnedGridPositions(LearnedPositions):
+    """ViT's 1-D learned table, one row per token (CLS first, then the patches in raster order), as
+    timm's `pos_embed`. Another grid reads the patch rows resampled as a 2-D image (timm's
+    `resample_abs_pos_embed`: bicubic, antialiased when shrinking)."""
+
+    def __init__(self, cfg: ArchConfig, grid: int, prefix_tokens: int):
+        super().__init__(cfg, causal=False, length=grid * grid + prefix_tokens)
+        self.grid, self.prefix = grid, prefix_tokens
+
+    def embed(self, x: Tensor, offset: int = 0) -> Tensor:
+        grid = grid_side(x.shape[1], self.prefix)
+        if grid == self.grid:
+            return super().embed(x, offset)
+        from timm.layers import resample_abs_pos_embed  # imported on use: `import timm` takes seconds
+
+        table = self.table.weight[self.first :][None]  # (1, prefix + grid², d)
+        return x + resample_abs_pos_embed(table, [grid, grid], [self.grid, self.grid], self.prefix)
+
+
+class Learned2DPositions(PositionalScheme):
+    """Learned 2-D positions (Dosovitskiy et al. 2020, App. D.4): a row table and a column table of
+    d/2 channels each, concatenated per patch, so 2·side rows are learned instead of side². Another
+    grid interpolates each table along its axis (linear). A CLS token gets the zero vector."""
+
+    facts = POSITIONAL_FACTS["learned"]
+
+    def __init__(self, cfg: ArchConfig, grid: int, prefix_tokens: int):
+        super().__init__()
+        _even_channels(cfg, 2, "learned 2-D")
+        self.grid, self.prefix = grid, prefix_tokens
+        self.rows, self.cols = nn.Embedding(grid, cfg.d_model // 2), nn.Embedding(grid, cfg.d_model // 2)
+
+    def _axis(self, table: nn.Embedding, grid: int) -> Tensor:
+        if grid == self.grid:
+            return table.weight
+        return F.interpolate(table.weight.T[None], size=grid, mode="linear", align_corners=False)[0].T
+
+    def embed(self, x: Tensor, offset: int = 0) -> Tensor:
+        grid = grid_side(x.shape[1], self.prefix)
+        return x + grid_table(self._axis(self.rows, grid), self._axis(self.cols, grid), self.prefix)
 
 
 # pos_encoding -> its form over ViT's tokens, from (cfg, grid side, prefix tokens): exactly the schemes
 # whose facts have `vit_form`; the others (rope, alibi, t5) are refused by name
 VIT_POSITIONAL: dict[PosEncoding, Callable[[ArchConfig, int, int], PositionalScheme]] = {
-    "learned": lambda cfg, grid, prefix: LearnedPositions(cfg, causal=False, length=grid * grid + prefix),
+    "learned": LearnedGridPositions,
     "sinusoidal": SinCos2DPositions,
     "none": lambda cfg, grid, prefix: PositionalScheme(),
 }
 assert set(VIT_POSITIONAL) == {name for name, facts in POSITIONAL_FACTS.items() if facts.vit_form}
+# `learned_layout` -> the form of a `learned` table
+LEARNED_LAYOUTS: dict[LearnedLayout, Callable[[ArchConfig, int, int], PositionalScheme]] = {
+    "1d": LearnedGridPositions,
+    "2d": Learned2DPositions,
+}
+assert set(LEARNED_LAYOUTS) == set(get_args(LearnedLayout))
+
+
+def _names(literal) -> str:
+    return ", ".join(map(repr, get_args(literal)))
 
 
 class ViT(TransformerModel):
     """Args:
-        cfg: architecture; `pos_encoding` is `learned` (1-D table over all tokens), `sinusoidal`
+        cfg: architecture; `pos_encoding` is `learned` (a table, see `learned_layout`), `sinusoidal`
             (2-D sin-cos) or `none`.
-        image_size, patch_size, in_channels, num_classes: the image task.
+        image_size, patch_size, in_channels, num_classes: the image task. Square images of another
+            size (a multiple of `patch_size`) run too, with the position table resampled.
         pool: `cls` (a learned CLS token, as ViT) or `mean` over patch tokens.
+        learned_layout: a `learned` table's form: `1d`, one row per token (ViT, timm's `pos_embed`),
+            or `2d`, a row and a column table (Dosovitskiy et al. App. D.4). Only with `learned`.
     """
+
+    head_modules = ("head",)  # what a fine-tune may replace or train alone (models/peft.py)
 
     def __init__(
         self,
@@ -63,6 +149,7 @@ class ViT(TransformerModel):
         in_channels: int = 3,
         num_classes: int = 10,
         pool: Pooling = "cls",
+        learned_layout: LearnedLayout = "1d",
     ):
         super().__init__()
         if not cfg.positional.vit_form:
@@ -74,12 +161,21 @@ class ViT(TransformerModel):
             raise ValueError(f"image_size={image_size} is not divisible by patch_size={patch_size}")
         if pool not in ("cls", "mean"):
             raise ValueError(f"pool={pool!r} is not valid; choose one of 'cls', 'mean'")
-        self.cfg, self.pool = cfg, pool
+        if learned_layout not in LEARNED_LAYOUTS:
+            raise ValueError(f"learned_layout={learned_layout!r} is not valid; choose one of {_names(LearnedLayout)}")
+        if learned_layout != "1d" and cfg.pos_encoding != "learned":
+            raise ValueError(
+                f"learned_layout={learned_layout!r} shapes a learned table, but pos_encoding={cfg.pos_encoding!r}; "
+                "set pos_encoding='learned' or leave learned_layout at '1d'"
+            )
+        self.cfg, self.pool, self.learned_layout = cfg, pool, learned_layout
+        self.patch_size = patch_size
         grid = image_size // patch_size
         self.num_tokens = grid * grid + (pool == "cls")
         self.patch = nn.Conv2d(in_channels, cfg.d_model, patch_size, stride=patch_size)
         self.cls = nn.Parameter(torch.zeros(1, 1, cfg.d_model)) if pool == "cls" else None
-        positional = VIT_POSITIONAL[cfg.pos_encoding](cfg, grid, int(pool == "cls"))
+        form = LEARNED_LAYOUTS[learned_layout] if cfg.pos_encoding == "learned" else VIT_POSITIONAL[cfg.pos_encoding]
+        positional = form(cfg, grid, int(pool == "cls"))
         self.stack = TransformerStack(cfg, causal=False, positional=positional, final_norm=False)
         # the final norm after pooling: for CLS it equals norm-then-select; for mean it is timm's fc_norm
         self.norm = build_norm(cfg) if cfg.norm_placement == "pre" else nn.Identity()
@@ -87,7 +183,13 @@ class ViT(TransformerModel):
         self.init_weights()
 
     def forward(self, images: Tensor) -> Tensor:
-        """images (B, C, H, W) -> logits (B, num_classes)."""
+        """images (B, C, H, W) -> logits (B, num_classes); H = W, a multiple of `patch_size`."""
+        height, width = images.shape[-2:]
+        if height != width or height % self.patch_size:
+            raise ValueError(
+                f"images of {height}x{width}: ViT takes square images whose side is a multiple of "
+                f"patch_size={self.patch_size}; resize them"
+            )
         x = self.patch(images).flatten(2).transpose(1, 2)  # (B, N, d)
         if self.cls is not None:
             x = torch.cat((self.cls.expand(x.shape[0], -1, -1), x), dim=1)

@@ -125,11 +125,15 @@ def analyse(ledger: Ledger, info: dict[str, Any]) -> Analysis:
             key=lambda c: (c.summaries[main].n == 0, sign * c.summaries[main].mean if c.summaries[main].n else 0)
         )
     warnings = []
-    params = {c.name: c.stat("params") for c in cells if math.isfinite(c.stat("params"))}
+    # what training could change is the capacity compared: trainable parameters (PEFT, freezing), else totals
+    # (a ledger written before `params_trainable` existed)
+    column = "params_trainable" if all(math.isfinite(c.stat("params_trainable")) for c in cells) else "params"
+    params = {c.name: c.stat(column) for c in cells if math.isfinite(c.stat(column))}
     if params and max(params.values()) > (1 + PARAMS_TOLERANCE) * min(params.values()):
         low, high = min(params, key=params.get), max(params, key=params.get)
+        what = "trainable parameter counts" if column == "params_trainable" else "parameter counts"
         warnings.append(
-            f"parameter counts differ by {max(params.values()) / min(params.values()) - 1:.1%} between cells "
+            f"{what} differ by {max(params.values()) / min(params.values()) - 1:.1%} between cells "
             f"({low}: {params[low]:,.0f}, {high}: {params[high]:,.0f}); part of a difference may be capacity"
         )
     groups = compare_within(cells, metrics, info, baseline, margins)

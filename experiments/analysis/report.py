@@ -32,6 +32,12 @@ CSV_COLUMNS = (
 )  # fmt: skip
 
 
+def _has_trainable(analysis: Analysis) -> bool:
+    """The ledger records trainable parameters (ledgers older than `params_trainable` do not: their reports
+    keep their columns)."""
+    return any(math.isfinite(cell.stat("params_trainable")) for cell in analysis.cells)
+
+
 def _f(value: float, digits: int = 4) -> str:
     return "n/a" if not math.isfinite(value) else f"{value:.{digits}f}"
 
@@ -77,8 +83,9 @@ def _row(analysis: Analysis, metric: str, rank: int, cell: CellResult) -> list[s
     row = [f"{rank} {mark}".strip() if metric == analysis.main else mark]
     row += [f"`{cell.name}`", cell.runs_text(), mean, str(s.n), ci, *compared]
     if metric == analysis.main:
-        params = cell.stat("params")
-        row += [f"{params:,.0f}" if math.isfinite(params) else "n/a", _count(cell.stat("flops_per_token"))]
+        counts = ["params", "params_trainable"] if _has_trainable(analysis) else ["params"]
+        row += [f"{cell.stat(k):,.0f}" if math.isfinite(cell.stat(k)) else "n/a" for k in counts]
+        row.append(_count(cell.stat("flops_per_token")))
     return row
 
 
@@ -96,7 +103,7 @@ def metric_table(analysis: Analysis, metric: str) -> str:
     main = metric == analysis.main
     head = ["rank" if main else "", "cell", "runs", "mean ± std", "n", f"{CONFIDENCE:.0%} CI"]
     head += _comparison_head(analysis, metric)
-    head += ["params", "FLOPs/token"] if main else []
+    head += (["params", "trainable"] if _has_trainable(analysis) else ["params"]) + ["FLOPs/token"] if main else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += [
         "| " + " | ".join(_row(analysis, metric, rank, cell)) + " |" for rank, cell in enumerate(analysis.cells, 1)
@@ -189,7 +196,9 @@ def csv_rows(analysis: Analysis, axis_values: dict[str, dict[str, Any]]) -> list
                 row |= {"diff_vs_baseline": _num(c.diff), "n_pairs": c.n, "p_value": _num(c.p_value)}
                 row |= {"diff_ci_low": _num(c.ci_low), "diff_ci_high": _num(c.ci_high), "mde": _num(c.mde)}
                 row |= {"equivalence_margin": _num(c.margin), "equivalence_p": _num(c.equivalence_p)}
-            counts = {k: cell.stat(k) for k in ("params", "params_non_embedding", "flops_per_token")}
+            counts = {
+                k: cell.stat(k) for k in ("params", "params_non_embedding", "params_trainable", "flops_per_token")
+            }
             row |= {k: f"{v:.0f}" if math.isfinite(v) else "" for k, v in counts.items()}
             rows.append(row)
     return rows
@@ -198,7 +207,10 @@ def csv_rows(analysis: Analysis, axis_values: dict[str, dict[str, Any]]) -> list
 def write_csv(path: Path, analysis: Analysis, axis_values: dict[str, dict[str, Any]]) -> None:
     """Writes `report.csv` (see `csv_rows`)."""
     with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=[*CSV_COLUMNS[:3], *analysis.axes, *CSV_COLUMNS[3:]], restval="")
+        columns = [*CSV_COLUMNS[:3], *analysis.axes, *CSV_COLUMNS[3:]]
+        if _has_trainable(analysis):
+            columns.insert(columns.index("params_non_embedding") + 1, "params_trainable")
+        writer = csv.DictWriter(f, fieldnames=columns, restval="", extrasaction="ignore")
         writer.writeheader()
         writer.writerows(csv_rows(analysis, axis_values))
 

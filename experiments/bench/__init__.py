@@ -8,8 +8,10 @@ Sections (each a module of this package with `run(ctx) -> Section`):
   generation  256 greedy tokens with and without the KV cache, batch 1 and 32, every scheme
   vit         suite ViT vs timm VisionTransformer
   sweeps      two single-thread processes vs one two-thread process; the best `--jobs`
+  startup     a sweep's per-run start-up overhead: a fresh `cli.py fit` vs a fork of the warm process
   data        share of step time spent waiting for the text DataModule
   checkpointing  peak memory and time of a training step with and without activation checkpointing, by depth
+  decoding    encoder-decoder greedy and beam decoding tokens/s on the KV cache, by encoder-decoder depth split
 
 The run prints a markdown report (targets with PASS/FAIL first) and writes it, with a JSON copy
 holding every sample, to `--out` (default experiments/bench/results/): bench.md and bench.json,
@@ -48,8 +50,12 @@ SECTIONS = {
     "generation": "experiments.bench.generation",
     "vit": "experiments.bench.vit",
     "sweeps": "experiments.bench.sweeps",
+    "startup": "experiments.bench.startup",
     "data": "experiments.bench.data",
     "checkpointing": "experiments.bench.checkpointing",
+    "decoding": "experiments.bench.decoding",
+    "compile": "experiments.bench.compile",
+    "quantize": "experiments.bench.quantize",
 }
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"  # experiments/bench/results/, as documented
 

@@ -78,6 +78,16 @@ class Settings:
     data_steps: int = 20
     # activation checkpointing: depths of the GPT (the training section's other dimensions)
     ckpt_depths: tuple[int, ...] = (2, 4, 8)
+    # decoding speed of the encoder-decoder: (encoder, decoder) depths at equal total depth, the
+    # first the baseline; batch of sources, source length, tokens decoded, beam width, repetitions
+    # (capped by --reps)
+    dec_splits: tuple[tuple[int, int], ...] = ((6, 6), (10, 2), (11, 1))
+    dec_vocab_size: int = 1000
+    dec_batch: int = 16
+    dec_src_len: int = 32
+    dec_new_tokens: int = 32
+    dec_beam: int = 4
+    dec_reps: int = 3
 
     def arch(self, **overrides) -> ArchConfig:
         fields = {
@@ -121,6 +131,13 @@ SMOKE = replace(
     sweep_steps=1,
     data_steps=2,
     ckpt_depths=(1, 2),
+    dec_splits=((2, 2), (3, 1)),
+    dec_vocab_size=64,
+    dec_batch=2,
+    dec_src_len=4,
+    dec_new_tokens=3,
+    dec_beam=2,
+    dec_reps=1,
 )
 
 

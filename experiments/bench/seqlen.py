@@ -111,6 +111,13 @@ def run(ctx: Context) -> Section:
             "flash kernel computes no gradient for attn_mask, so a mask that requires grad (T5's learned bias) "
             "falls back to math in training; a mask that does not (ALiBi's fixed slopes) keeps the flash kernel."
         )
+    if "t5" in results and models["t5"].cfg.bias_backward == "blockwise":
+        section.notes.append(
+            "t5: the learned bias's gradient comes from `models.learned_bias` (`bias_backward: blockwise`): the "
+            "flash kernel forward with the bias detached, then a backward that recomputes the scores 128 queries "
+            "at a time (no (B, H, T, T) state kept); its bias table is laid out per distance (one gradient sum per "
+            "distance, not per (i, j)). `bias_backward: math` is SDPA's math kernel, the previous path."
+        )
     section.notes.append(
         "Memory: bytes live in torch's CPU allocator during one step above those live when it began "
         "(activations, gradients, temporaries, masks; not parameters or optimiser state), from torch.profiler "

@@ -24,9 +24,11 @@ from experiments.sweep.spec import format_value
 LEDGER_NAME = "results.csv"
 FINISHED = ("done", "diverged")  # a run in either state is never run again
 HEAD = ("cell", "seed", "status")
-STATS = ("steps", "diverged_at_step", "wall_time_s", "params", "params_non_embedding", "flops_per_token")
+# params_trainable: what fine-tuning trains (PEFT, freezing); equal to params otherwise. Older ledgers lack it.
+STATS = ("steps", "diverged_at_step", "wall_time_s", "params", "params_non_embedding", "params_trainable",
+         "flops_per_token")  # fmt: skip
 TAIL = ("git_commit", "error")  # git_commit: the run's code, from run.json (`-dirty`: see its git.diff)
-RUN_STATS = ("params", "params_non_embedding", "flops_per_token")  # copied from run.json
+RUN_STATS = ("params", "params_non_embedding", "params_trainable", "flops_per_token")  # copied from run.json
 
 
 def read_run_json(run_dir: Path) -> dict[str, Any]:

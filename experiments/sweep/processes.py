@@ -1,5 +1,6 @@
 """Run processes of a sweep: output teed to a log (and the terminal), and stopped together when the
-sweep is interrupted."""
+sweep is interrupted. Each is a fresh `python cli.py fit`, or, with a `Warm`, forked from a process
+that has imported the suite once (`experiments.sweep.warm`)."""
 
 from __future__ import annotations
 
@@ -14,33 +15,61 @@ import termios
 import threading
 from collections.abc import Iterator
 from types import FrameType
-from typing import BinaryIO
+from typing import BinaryIO, Protocol
 
 from experiments.sweep.spec import ROOT
+from experiments.sweep.warm import Warm
 
 TAIL_BYTES = 64 * 1024  # enough output to find the error line of a traceback
 
 
-class Processes:
-    """The runs in progress, so an interrupted sweep can stop them."""
+class Proc(Protocol):
+    """What a run's process offers: a `subprocess.Popen`, or a `experiments.sweep.warm.WarmProcess`."""
 
-    def __init__(self) -> None:
-        self._procs: set[subprocess.Popen] = set()
+    def poll(self) -> int | None: ...
+    def wait(self, timeout: float | None = None) -> int: ...
+    def terminate(self) -> None: ...
+    def kill(self) -> None: ...
+
+
+class Processes:
+    """The runs in progress, so an interrupted sweep can stop them.
+
+    Args:
+        warm: fork runs from warm processes (see `experiments.sweep.warm`); None: each a fresh process.
+    """
+
+    def __init__(self, warm: Warm | None = None) -> None:
+        self._procs: set[Proc] = set()
         self._lock = threading.Lock()
         self.stopping = False
+        self.warm = warm
 
-    def add(self, proc: subprocess.Popen) -> None:
+    def start(self, argv: list[str], env: dict[str, str], output: int) -> Proc | None:
+        """Starts `argv` in the repository root with `env`, its stdout and stderr `output`, stdin empty;
+        None when the sweep was interrupted while a warm start waited (it starts nothing more)."""
+        if self.warm is not None:
+            proc = self.warm.start(argv, env, str(ROOT), output)
+            if proc is not None:
+                return proc
+            if self.stopping:
+                return None
+        return subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=output, stderr=output)
+
+    def add(self, proc: Proc) -> None:
         with self._lock:
             self._procs.add(proc)
         if self.stopping:  # started while the sweep was being interrupted
             proc.terminate()
 
-    def remove(self, proc: subprocess.Popen) -> None:
+    def remove(self, proc: Proc) -> None:
         with self._lock:
             self._procs.discard(proc)
 
     def stop(self) -> None:
         self.stopping = True
+        if self.warm is not None:
+            self.warm.stop()
         with self._lock:
             procs = list(self._procs)
         for proc in procs:
@@ -72,7 +101,8 @@ def _echo(chunk: bytes) -> None:
 
 
 def tee(argv: list[str], env: dict[str, str], log: BinaryIO, echo: bool, procs: Processes) -> tuple[int, str]:
-    """Runs `argv` in the repository root, copying its output to `log` and, with `echo`, to our stdout.
+    """Runs `argv` in the repository root (`Processes.start`), copying its output to `log` and, with
+    `echo`, to our stdout.
 
     On a terminal the run gets a pseudo-terminal (colours, line buffering); its progress is still one
     line per validation (`SUITE_PROGRESS=lines`, set by `experiments.sweep.commands`), since the
@@ -81,17 +111,21 @@ def tee(argv: list[str], env: dict[str, str], log: BinaryIO, echo: bool, procs: 
     Returns:
         The exit status and the last `TAIL_BYTES` of the output.
     """
-    terminal = echo and sys.stdout.isatty()
-    if terminal:
+    if echo and sys.stdout.isatty():
         source, sink = pty.openpty()
         _copy_window_size(sink)
-        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=sink, stderr=sink)
-        os.close(sink)
     else:
-        proc = subprocess.Popen(
-            argv, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT
-        )
-        source = proc.stdout.fileno()
+        source, sink = os.pipe()
+    try:
+        proc = procs.start(argv, env, sink)
+    except BaseException:
+        os.close(source)
+        raise
+    finally:
+        os.close(sink)  # the run holds it: the output ends when the run (and its children) have exited
+    if proc is None:  # never started (the sweep is stopping): as if terminated at once
+        os.close(source)
+        return -signal.SIGTERM, ""
     procs.add(proc)
     tail = bytearray()
     try:
@@ -109,10 +143,7 @@ def tee(argv: list[str], env: dict[str, str], log: BinaryIO, echo: bool, procs: 
             del tail[:-TAIL_BYTES]
         return proc.wait(), tail.decode(errors="replace")
     finally:
-        if terminal:
-            os.close(source)
-        else:
-            proc.stdout.close()
+        os.close(source)
         procs.remove(proc)
 
 

@@ -1,5 +1,6 @@
 """Runs a sweep: decides what each run needs (skip, collect, resume, start), runs it as a
-`cli.py fit` subprocess with its output teed to `run.log`, and records the outcome in the ledger.
+`cli.py fit` subprocess with its output teed to `run.log` (forked from a warm process that has imported
+the suite once, unless `--no-warm`: `experiments.sweep.warm`), and records the outcome in the ledger.
 
 Outcomes come from the run's own `run.json` (`RunMetadata`, `DivergenceGuard`): done or diverged;
 anything else (an exception, a signal) is `failed` with the error's last line. A run is claimed
@@ -27,6 +28,7 @@ from experiments.sweep.commands import Run
 from experiments.sweep.ledger import FINISHED, Ledger, collect_row, read_run_json
 from experiments.sweep.processes import Processes, tee
 from experiments.sweep.provenance import record_attempt
+from experiments.sweep.warm import Warm
 
 Action = Literal["skip", "collect", "resume", "start"]
 OUTCOME_NAME = "outcome.json"  # a failed attempt of a scheduler job (the pool records its outcomes itself)
@@ -270,7 +272,12 @@ def run_claimed(
 
 
 def run_sweep(
-    runs: list[Run], ledger: Ledger, axis_values: dict[str, dict[str, Any]], jobs: int, retry_failed: bool
+    runs: list[Run],
+    ledger: Ledger,
+    axis_values: dict[str, dict[str, Any]],
+    jobs: int,
+    retry_failed: bool,
+    warm: bool = True,
 ) -> list[tuple[Run, str]]:
     """Brings every run of the sweep to an end and records it, except runs other processes have claimed.
 
@@ -280,6 +287,8 @@ def run_sweep(
         axis_values: each cell's value of every axis key (ledger columns).
         jobs: runs at a time; with more than one, their output goes to `run.log` only.
         retry_failed: run the runs recorded as failed again.
+        warm: fork each run from a process that has imported the suite once (`experiments.sweep.warm`)
+            instead of starting a fresh interpreter.
 
     Returns:
         The runs skipped because another live process has claimed them, each with its claim's description.
@@ -287,7 +296,7 @@ def run_sweep(
     actions = {run: plan(run, ledger, retry_failed) for run in runs}
     progress = Progress(len(runs), sum(a == "skip" for a in actions.values()), jobs)
     books = Books(ledger, axis_values, progress)
-    procs = Processes()
+    procs = Processes(Warm() if warm else None)
 
     def work(run: Run) -> tuple[Run, Outcome | None, float | None]:
         if procs.stopping:
@@ -314,4 +323,6 @@ def run_sweep(
         raise
     finally:
         pool.shutdown(wait=True, cancel_futures=True)
+        if procs.warm is not None:
+            procs.warm.close()
     return books.claimed

@@ -5,7 +5,8 @@ reference.
 Supported references (Hugging Face transformers and timm), one module each:
   GPT2LMHeadModel (`gpt2`), LlamaForCausalLM (`llama`), BloomForCausalLM (`bloom`) <-> GPT
   BertForMaskedLM (`bert`)                                                        <-> BertMLM
-  T5ForConditionalGeneration (`t5`)                                               <-> EncoderDecoder
+  T5ForConditionalGeneration (`t5`), MarianMTModel (`marian`),
+  BartForConditionalGeneration (`bart`)                                           <-> EncoderDecoder
   timm VisionTransformer (`timm_vit`)                                             <-> ViT
 
 Converters are registered by the reference's class name, so neither library is imported here.
@@ -25,11 +26,11 @@ import torch
 from torch import nn
 
 from ..base import TransformerModel
-from . import bert, bloom, gpt2, llama, t5, timm_vit
+from . import bart, bert, bloom, gpt2, llama, marian, t5, timm_vit
 from .common import Target
 
 Converter = Callable[[nn.Module], TransformerModel]
-FAMILIES = (gpt2, llama, bloom, bert, t5, timm_vit)
+FAMILIES = (gpt2, llama, bloom, bert, t5, marian, bart, timm_vit)
 
 # reference class name -> converter; each family module names the class it converts
 CONVERTERS: dict[str, Converter] = {family.REFERENCE: family.convert for family in FAMILIES}

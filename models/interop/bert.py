@@ -128,6 +128,7 @@ TARGET = Target(
     suite=BertMLM,
     settings={
         "pos_encoding": ("learned",),
+        "learned_pos_offset": (0,),
         "norm": ("layernorm",),
         "norm_placement": ("post",),
         "activation": ("gelu",),  # BERT's MLM head uses the blocks' activation; the suite's is GELU

@@ -6,7 +6,8 @@ A family's table is one list of `Pair`s, each a suite state-dict key, the refere
 made of and a `Transform` with both directions, so `from_reference` and `to_reference` read the
 same mapping. `transfer` applies a table, loads the result strictly and checks that every source
 tensor was read, so a tensor that is missing, left over or mis-shaped is an error, not a silent
-random init or a dropped weight.
+random init or a dropped weight. A reference tensor that the suite computes instead of storing
+(Marian's sinusoidal tables) is a `Computed` entry: checked when converting, written when exporting.
 """
 
 from __future__ import annotations
@@ -63,6 +64,19 @@ class Ref:
     bias: Transform | None = None
 
 
+@dataclass(frozen=True)
+class Computed:
+    """A reference tensor the suite computes rather than stores: converting checks that the reference's
+    is `make(rows)` (to float rounding), exporting writes `make(rows)`. `what` names it in errors."""
+
+    ref: str
+    make: Callable[[int], Tensor]
+    what: str
+
+
+COMPUTED_ATOL = 1e-6  # a table computed in another precision or order differs by float rounding only
+
+
 def tensor(suite: str, ref: str, transform: Transform = IDENTITY) -> list[Pair]:
     return [Pair(suite, (ref,), transform)]
 
@@ -105,7 +119,18 @@ def _aliases(model: nn.Module) -> dict[str, list[str]]:
     return {key: groups[id(value)] for key, value in state.items()}
 
 
-def transfer(pairs: list[Pair], source: nn.Module, dest: nn.Module, to_suite: bool, what: str) -> None:
+def _check_computed(entry: Computed, given: Tensor, what: str) -> None:
+    """Raises naming `entry` when the reference's tensor is not the one the suite computes."""
+    expected = entry.make(given.shape[0]).to(given)
+    diff = (given - expected).abs().max().item() if given.shape == expected.shape else float("inf")
+    if diff > COMPUTED_ATOL:
+        raise ValueError(
+            f"cannot {what}: {entry.ref} is not {entry.what}, which the suite computes instead of storing "
+            f"(max abs diff {diff:.3g}); only a reference whose table is unchanged converts"
+        )
+
+
+def transfer(pairs: list[Pair | Computed], source: nn.Module, dest: nn.Module, to_suite: bool, what: str) -> None:
     """Fills `dest` from `source` through `pairs` (reference -> suite when `to_suite`, else back)
     and loads it strictly. `what` names the direction in errors ("convert", "export to ...")."""
     src = {key: value.detach() for key, value in source.state_dict(keep_vars=True).items()}
@@ -113,6 +138,13 @@ def transfer(pairs: list[Pair], source: nn.Module, dest: nn.Module, to_suite: bo
     out: dict[str, Tensor] = {}
     read: set[str] = set()
     for pair in pairs:
+        if isinstance(pair, Computed):
+            if to_suite:
+                _check_computed(pair, src[pair.ref], what)
+                read.update(src_aliases[pair.ref])
+            else:
+                out[pair.ref] = pair.make(target[pair.ref].shape[0])
+            continue
         src_keys, dst_keys = (pair.ref, (pair.suite,)) if to_suite else ((pair.suite,), pair.ref)
         if pair.optional and not any(key in src for key in src_keys):
             out.update({key: torch.zeros_like(target[key]) for key in dst_keys if key in target})
@@ -140,13 +172,13 @@ def transfer(pairs: list[Pair], source: nn.Module, dest: nn.Module, to_suite: bo
     dest.eval()
 
 
-def load(model: TransformerModel, reference: nn.Module, pairs: list[Pair]) -> TransformerModel:
+def load(model: TransformerModel, reference: nn.Module, pairs: list[Pair | Computed]) -> TransformerModel:
     """The suite `model` filled from `reference` through `pairs`, on its device and dtype, in eval mode."""
     transfer(pairs, reference, model, to_suite=True, what="convert")
     return model
 
 
-def export(reference: nn.Module, model: TransformerModel, pairs: list[Pair]) -> nn.Module:
+def export(reference: nn.Module, model: TransformerModel, pairs: list[Pair | Computed]) -> nn.Module:
     """The new `reference` filled from the suite `model` through `pairs`, on its device and dtype, in eval mode."""
     transfer(pairs, model, reference, to_suite=False, what=f"export to {type(reference).__name__}")
     return reference
@@ -218,10 +250,12 @@ def hf_activation(name: str, gated: bool = False) -> dict:
         return dict(activation="geglu" if gated else "gelu", gelu_approximate=HF_GELU[name])
     if name == "relu" and not gated:
         return dict(activation="relu")
-    if name in ("silu", "swish") and gated:
-        return dict(activation="swiglu")
+    if name in ("silu", "swish"):
+        return dict(activation="swiglu" if gated else "silu")
     kind = "gated " if gated else ""
-    raise ValueError(f"{kind}activation {name!r} has no suite equivalent (relu, gelu, swiglu, geglu)")
+    raise ValueError(
+        f"cannot convert: {kind}activation {name!r} has no suite equivalent (relu, gelu, silu, swiglu, geglu)"
+    )
 
 
 def hf_activation_name(cfg: ArchConfig) -> str:
@@ -229,7 +263,7 @@ def hf_activation_name(cfg: ArchConfig) -> str:
     `hf_activation`."""
     if cfg.activation in ("gelu", "geglu"):
         return HF_GELU_NAMES[cfg.gelu_approximate]
-    return {"relu": "relu", "swiglu": "silu"}[cfg.activation]
+    return {"relu": "relu", "silu": "silu", "swiglu": "silu"}[cfg.activation]
 
 
 def renamed(config, names: dict[str, str], to_suite: bool) -> dict:
@@ -238,6 +272,12 @@ def renamed(config, names: dict[str, str], to_suite: bool) -> dict:
     if to_suite:
         return {ours: getattr(config, theirs) for ours, theirs in names.items()}
     return {theirs: getattr(config, ours) for ours, theirs in names.items()}
+
+
+def stack_depths(encoder: int, decoder: int) -> dict:
+    """An encoder-decoder reference's depths as ArchConfig fields: `n_layers` is the encoder's, and
+    `n_decoder_layers` is set only where the decoder's differs (so a symmetric model reads as before)."""
+    return dict(n_layers=encoder, n_decoder_layers=None if decoder == encoder else decoder)
 
 
 def shared(a: Tensor, b: Tensor) -> bool:

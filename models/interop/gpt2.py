@@ -103,6 +103,7 @@ TARGET = Target(
     suite=GPT,
     settings={
         "pos_encoding": ("learned",),
+        "learned_pos_offset": (0,),
         "norm": ("layernorm",),
         "norm_placement": ("pre",),
         "activation": ("gelu", "relu"),

@@ -28,6 +28,7 @@ from .common import (
     renamed,
     scaled,
     shared,
+    stack_depths,
     stacked,
     tensor,
     unsupported,
@@ -38,7 +39,6 @@ REFERENCE = "T5ForConditionalGeneration"
 FIELDS = {
     "vocab_size": "vocab_size",
     "d_model": "d_model",
-    "n_layers": "num_layers",
     "n_heads": "num_heads",
     "dropout": "dropout_rate",
     "t5_num_buckets": "relative_attention_num_buckets",
@@ -51,12 +51,12 @@ def table(cfg: ArchConfig, scale_outputs: bool) -> list[Pair]:
     d, ffn = cfg.d_model, cfg.ffn_dim
     gated = cfg.activation in GATED_ACTIVATIONS
     pairs = tensor("tok.weight", "shared.weight")
-    for stack in ("encoder", "decoder"):
+    for stack, depth in (("encoder", cfg.encoder_layers), ("decoder", cfg.decoder_layers)):
         # one bias table per stack, held by its first layer's self-attention
         pairs += tensor(
             f"{stack}.pos.bias.weight", f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight"
         )
-        for i in range(cfg.n_layers):
+        for i in range(depth):
             layer = f"{stack}.block.{i}.layer"
             attn, ff = f"{layer}.0.SelfAttention", f"{layer}.{2 if stack == 'decoder' else 1}"
             dense = f"{ff}.DenseReluDense"
@@ -85,13 +85,13 @@ def table(cfg: ArchConfig, scale_outputs: bool) -> list[Pair]:
 
 def convert(ref: nn.Module) -> EncoderDecoder:
     c = ref.config
-    unsupported(c.num_decoder_layers != c.num_layers, "T5 with num_decoder_layers != num_layers")
     unsupported(c.d_kv * c.num_heads != c.d_model, f"T5 d_kv={c.d_kv} != d_model/num_heads")
     # transformers 5 always ties the head and keeps the scaling as `scale_decoder_outputs`;
     # 4.x scales exactly when the embeddings are tied
     scale_outputs = getattr(c, "scale_decoder_outputs", c.tie_word_embeddings)
     cfg = ArchConfig(
         **renamed(c, FIELDS, to_suite=True),
+        **stack_depths(c.num_layers, c.num_decoder_layers),
         d_ff=c.d_ff,
         pos_encoding="t5",
         norm="rmsnorm",  # T5LayerNorm: no mean, no bias
@@ -129,6 +129,8 @@ def to_t5(model: EncoderDecoder) -> nn.Module:
         )
     config = T5Config(
         **renamed(cfg, FIELDS, to_suite=False),
+        num_layers=cfg.encoder_layers,
+        num_decoder_layers=cfg.decoder_layers,
         d_kv=cfg.head_dim,
         d_ff=cfg.ffn_dim,
         feed_forward_proj=_feed_forward_proj(cfg),
@@ -149,6 +151,7 @@ TARGET = Target(
         "embedding_norm": (False,),
         "scale_embeddings": (None, False),
         "attn_scale": (1.0,),  # T5 does not scale its scores
+        "output_bias": (False,),
     },
     export=to_t5,
 )

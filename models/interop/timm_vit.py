@@ -187,6 +187,11 @@ def to_timm_vit(model: ViT) -> nn.Module:
     `timm.create_model` so that timm's own config records how to rebuild it."""
     import timm
 
+    if model.learned_layout != "1d":  # a ViT argument, not an ArchConfig setting: TARGET cannot see it
+        raise ValueError(
+            f"cannot export: learned_layout={model.learned_layout!r} has no equivalent in {TARGET.library} "
+            "(it has one 1-D pos_embed: learned_layout='1d')"
+        )
     # the entry point's pretrained tag and license describe its weights, not these
     unrelated = dict(tag=None, license=None)
     reference = timm.create_model(
@@ -200,6 +205,7 @@ TARGET = Target(
     suite=ViT,
     settings={
         "pos_encoding": ("learned", "none"),  # timm ViT's pos_embed: 'learn' or 'none'
+        "learned_pos_offset": (0,),
         "norm": ("layernorm",),
         "norm_placement": ("pre",),
         "activation": ("gelu",),

@@ -1,3 +1,4 @@
+import random
 from pathlib import Path
 from typing import get_args
 
@@ -5,7 +6,8 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules.images import IMAGE_DATASETS, ImageDataModule, ImageDatasetName
+from datamodules.images import IMAGE_DATASETS, ImageDataModule, ImageDatasetName, TrainRecipe
+from models.config import ConfigError
 
 
 def test_registry_matches_literal() -> None:
@@ -61,3 +63,64 @@ def test_cifar_augmentation_only_on_train() -> None:
     torch.manual_seed(0)
     out = spec.augment()(image)
     assert out.shape == image.shape and out.dtype == torch.uint8
+
+
+def test_recipe_off_builds_no_timm_transform() -> None:
+    dm = ImageDataModule(seed=0)
+    assert not TrainRecipe().on
+    assert dm._dataset("train").recipe is None and dm._dataset("val").transform is None
+
+
+def test_recipe_augments_training_images_only() -> None:
+    recipe = TrainRecipe(rand_augment="rand-m9-mstd0.5-inc1", color_jitter=0.4, random_erasing=0.5)
+    dm, plain = ImageDataModule(seed=0, recipe=recipe), ImageDataModule(seed=0)
+    train, reference = dm._dataset("train"), plain._dataset("train")
+    torch.manual_seed(0)
+    random.seed(0)
+    images = torch.stack([train[i][0] for i in range(64)])
+    assert images.shape == (64, 1, 8, 8) and images.dtype == torch.float32
+    expected = torch.stack([reference[i][0] for i in range(64)])
+    changed = ~torch.isclose(images, expected, atol=1e-2).flatten(1).all(1)
+    assert changed.float().mean() > 0.5  # RandAugment's two operations and erasing reach most images
+    # the normalisation is the dataset's: an image left alone reads as before (up to the 8-bit rescale)
+    torch.testing.assert_close(images[~changed], expected[~changed], atol=1e-2, rtol=0)
+    assert [train[i][1] for i in range(8)] == [reference[i][1] for i in range(8)]
+    val = dm._dataset("val")
+    torch.testing.assert_close(val[0][0], plain._dataset("val")[0][0], atol=0, rtol=0)
+
+
+def test_posterize_to_zero_bits_gives_black() -> None:
+    """timm's 'inc1' posterize reaches 0 bits, which Pillow 13 refuses; the recipe keeps Pillow's old black."""
+    from PIL import Image
+
+    from datamodules.images import _posterize
+
+    image = Image.fromarray(np.full((4, 4), 200, dtype=np.uint8))
+    assert np.asarray(_posterize(image, 0)).max() == 0
+    assert np.asarray(_posterize(image, 4)).max() == 192
+
+
+@pytest.mark.parametrize(
+    ("fields", "match"),
+    [
+        ({"rand_augment": "m9"}, r"recipe.rand_augment='m9'.*rand-m9-mstd0.5-inc1"),
+        ({"color_jitter": -0.1}, r"recipe.color_jitter=-0.1"),
+        ({"random_erasing": 1.5}, r"recipe.random_erasing=1.5"),
+    ],
+)
+def test_recipe_is_validated(fields: dict, match: str) -> None:
+    with pytest.raises(ConfigError, match=match):
+        TrainRecipe(**fields)
+
+
+def test_eval_image_sizes_give_a_loader_per_side() -> None:
+    dm = ImageDataModule(seed=0, batch_size=300, eval_image_sizes=[16, 12])
+    assert dm.eval_sides == [8, 16, 12]  # the training side first
+    loaders = dm.val_dataloader()
+    batches = [next(iter(loader)) for loader in loaders]
+    assert [b["images"].shape[-1] for b in batches] == [8, 16, 12]
+    assert all(torch.equal(b["labels"], batches[0]["labels"]) for b in batches)  # the same images
+    assert [next(iter(loader))["images"].shape[-1] for loader in dm.test_dataloader()] == [8, 16, 12]
+    assert not isinstance(ImageDataModule(seed=0).val_dataloader(), list)
+    with pytest.raises(ConfigError, match=r"eval_image_sizes=\[8, 0\]"):
+        ImageDataModule(eval_image_sizes=[8, 0])

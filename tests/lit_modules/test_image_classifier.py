@@ -4,14 +4,19 @@ its FLOPs statistic is per image."""
 from __future__ import annotations
 
 import lightning.pytorch as pl
+import numpy as np
 import pytest
 import torch
 import torch.nn.functional as F
+from lightning.pytorch.callbacks import EMAWeightAveraging
 
 from datamodules.images import ImageDataModule
 from lit_modules import ImageClassifier
 from lit_modules.cli import describe_data
+from lit_modules.image_classifier import MixConfig
+from lit_modules.metrics import higher_is_better
 from models import ArchConfig
+from models.config import ConfigError
 
 
 def test_loss_and_accuracy_over_uneven_batches():
@@ -41,3 +46,91 @@ def test_flops_statistic_is_per_image():
     assert stats["flops_per_token"] == model.model.flops_per_image()
     tokens = (8 // 2) ** 2 + 1  # 4x4 patches + CLS
     assert stats["flops_per_token"] > tokens * 2 * 2 * 12 * 32 * 32  # at least the blocks' matmuls on every token
+
+
+def _tiny(data: ImageDataModule, **kwargs) -> ImageClassifier:
+    torch.manual_seed(0)
+    arch = ArchConfig(d_model=32, n_layers=1, n_heads=2)
+    return ImageClassifier(arch, data_info=describe_data(data), patch_size=2, **kwargs)
+
+
+def _trainer(**kwargs) -> pl.Trainer:
+    return pl.Trainer(logger=False, enable_progress_bar=False, enable_checkpointing=False, deterministic=True, **kwargs)
+
+
+def test_metrics_at_each_image_size():
+    """`eval_image_sizes` gives one loader per side, the training side first: `val/acc@<side>` for each,
+    `val/acc` at the training side, each the accuracy of the images resized to that side."""
+    data = ImageDataModule(dataset="digits", batch_size=128, eval_image_sizes=[12, 8, 16])
+    model = _tiny(data)
+    (metrics, *_) = _trainer().validate(model, datamodule=data, verbose=False)
+    assert {k for k in metrics if "@" in k} == {f"val/{m}@{s}" for m in ("loss", "acc") for s in (8, 12, 16)}
+    assert metrics["val/acc"] == metrics["val/acc@8"] and metrics["val/loss"] == metrics["val/loss@8"]
+    model.eval()
+    for side, loader in zip((8, 12, 16), data.val_dataloader()):
+        with torch.no_grad():
+            pairs = [(model.model(b["images"]).argmax(-1), b["labels"]) for b in loader]
+        assert all(b["images"].shape[-1] == side for b in loader)
+        correct = sum(int((p == y).sum()) for p, y in pairs)
+        assert metrics[f"val/acc@{side}"] == pytest.approx(correct / 270)
+    assert metrics["val/loss@12"] != metrics["val/loss@8"]  # the test can fail: the sides are really evaluated apart
+    assert higher_is_better("val/acc@16") and not higher_is_better("val/loss@16")
+
+
+def test_one_size_logs_as_before():
+    data = ImageDataModule(dataset="digits", batch_size=128)
+    (metrics,) = _trainer().validate(_tiny(data), datamodule=data, verbose=False)
+    assert set(metrics) == {"val/loss", "val/acc"}
+
+
+def test_sizes_must_fit_the_patches():
+    data = ImageDataModule(dataset="digits", eval_image_sizes=[8, 9])
+    with pytest.raises(ConfigError, match=r"data.eval_image_sizes=\[8, 9\].*patch_size=2"):
+        _trainer().validate(_tiny(data), datamodule=data, verbose=False)
+
+
+def test_mixup_trains_on_soft_targets():
+    data = ImageDataModule(dataset="digits", batch_size=8)
+    model = _tiny(data, mix=MixConfig(mixup_alpha=0.8, cutmix_alpha=1.0), label_smoothing=0.1)
+    batch = next(iter(data.train_dataloader()))
+    images, labels = batch["images"][:7].clone(), batch["labels"][:7]  # odd: the last image is not mixed
+    np.random.seed(0)
+    mixed, targets = model.mixed(images.clone(), labels)
+    assert mixed.shape == images.shape and targets.shape == (7, 10)
+    torch.testing.assert_close(targets.sum(-1), torch.ones(7))
+    assert not torch.equal(mixed[:6], images[:6])
+    torch.testing.assert_close(mixed[6], images[6])
+    assert targets[6, labels[6]] == pytest.approx(0.9 + 0.01) and targets[6].min() == pytest.approx(0.01)
+    assert (targets[:6].gt(0.02).sum(-1) == 2).all() or (labels[:6] == labels[:6].flip(0)).any()
+    # the loss is cross entropy against those targets
+    np.random.seed(0)
+    loss = model.training_step({"images": images.clone(), "labels": labels}, 0)
+    expected = -(targets * model.model(mixed).log_softmax(-1)).sum(-1).mean()
+    torch.testing.assert_close(loss, expected)
+
+
+@pytest.mark.parametrize(("field", "value"), [("mixup_alpha", -1.0), ("prob", 1.5), ("switch_prob", -0.1)])
+def test_mix_config_is_validated(field, value):
+    with pytest.raises(ConfigError, match=rf"mix.{field}={value}"):
+        MixConfig(**{field: value})
+
+
+def test_ema_weights_are_evaluated():
+    """Lightning's EMAWeightAveraging swaps the averaged weights in for validation and leaves them in
+    the model at the end of training."""
+    data = ImageDataModule(dataset="digits", batch_size=64)
+    model = _tiny(data, learned_layout="2d")
+    ema = EMAWeightAveraging(decay=0.5)
+    trainer = _trainer(max_steps=6, limit_val_batches=1, val_check_interval=3, callbacks=[ema])
+    trainer.fit(model, datamodule=data)
+    averaged = ema._average_model.module.state_dict()
+    for name, value in model.state_dict().items():
+        assert torch.equal(value, averaged[name]), name
+    ema_loss = trainer.callback_metrics["val/loss"]
+    assert ema_loss == trainer.validate(model, datamodule=data, verbose=False)[0]["val/loss"]
+    # the same run without the callback ends at other weights, with another validation loss
+    plain = _tiny(data, learned_layout="2d")
+    plain_trainer = _trainer(max_steps=6, limit_val_batches=1, val_check_interval=3)
+    plain_trainer.fit(plain, datamodule=data)
+    assert not torch.equal(plain.model.head.weight, model.model.head.weight)
+    assert plain_trainer.callback_metrics["val/loss"] != ema_loss

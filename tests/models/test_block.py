@@ -99,6 +99,7 @@ def test_ffn_matches_its_formula(activation, approx):
     act = {
         "relu": F.relu,
         "gelu": lambda t: F.gelu(t, approximate=approx),
+        "silu": F.silu,
         "swiglu": F.silu,
         "geglu": lambda t: F.gelu(t, approximate=approx),
     }[activation]

@@ -5,12 +5,13 @@ from fractions import Fraction
 from typing import get_args
 
 import pytest
+import torch
 
 from models import GPT, ArchConfig, BertMLM, EncoderDecoder, ViT, default_d_ff
-from models.config import Activation, GeluApproximation, NormName, NormPlacement, PosEncoding
+from models.config import Activation, GeluApproximation, NormName, NormPlacement, PosEncoding, SinusoidalLayout
 from models.ffn import _activations
 from models.norms import NORMS
-from models.positional import POSITIONAL
+from models.positional import POSITIONAL, SINUSOIDAL_LAYOUTS
 
 TINY = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_seq_len=16)
 
@@ -20,6 +21,10 @@ TINY = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_seq_len=16)
 
 def test_positional_registry_matches_literal():
     assert set(POSITIONAL) == set(get_args(PosEncoding))
+
+
+def test_sinusoidal_layout_registry_matches_literal():
+    assert set(SINUSOIDAL_LAYOUTS) == set(get_args(SinusoidalLayout))
 
 
 def test_norm_registry_matches_literal():
@@ -42,6 +47,7 @@ def test_activation_registry_matches_literal(approx):
         ("norm_placement", NormPlacement),
         ("activation", Activation),
         ("gelu_approximate", GeluApproximation),
+        ("sinusoidal_layout", SinusoidalLayout),
     ],
 )
 def test_invalid_literal_lists_choices(field, literal):
@@ -77,11 +83,27 @@ def test_rope_with_odd_rotary_dim():
 
 @pytest.mark.parametrize(
     "field, value",
-    [("rope_fraction", 0.0), ("rope_fraction", 1.5), ("dropout", 1.0), ("n_layers", 0), ("max_seq_len", 0)],
+    [
+        ("rope_fraction", 0.0),
+        ("rope_fraction", 1.5),
+        ("dropout", 1.0),
+        ("n_layers", 0),
+        ("max_seq_len", 0),
+        ("n_encoder_layers", 0),
+        ("n_decoder_layers", -1),
+        ("learned_pos_offset", -2),
+    ],
 )
 def test_out_of_range_values(field, value):
     with pytest.raises(ValueError, match=rf"{field}={value}"):
         ArchConfig(**{**TINY, field: value})
+
+
+def test_stack_depths_default_to_n_layers():
+    assert (ArchConfig(n_layers=6).encoder_layers, ArchConfig(n_layers=6).decoder_layers) == (6, 6)
+    split = ArchConfig(n_layers=6, n_encoder_layers=10, n_decoder_layers=2)
+    assert (split.encoder_layers, split.decoder_layers) == (10, 2)
+    assert ArchConfig(n_layers=6, n_decoder_layers=1).encoder_layers == 6
 
 
 def test_max_seq_len_is_unset_by_default():
@@ -153,3 +175,46 @@ def test_flops_per_token_grows_with_seq_len():
     gpt_attn = gpt.flops_per_token(64) - gpt.flops_per_token(64, include_attention=False)
     bert_attn = bert.flops_per_token(64) - bert.flops_per_token(64, include_attention=False)
     assert gpt_attn * 2 == bert_attn == 4 * 64 * 32 * 2
+
+
+def test_encoder_decoder_counts_follow_the_split_depths():
+    """3-1 has two encoder blocks more than 1-1 and two decoder blocks fewer than 3-3; its attention term
+    counts every encoder self-attention and both decoder attentions per decoder block."""
+    base = {**TINY, "n_layers": 1}
+
+    def model(enc: int, dec: int) -> EncoderDecoder:
+        return EncoderDecoder(ArchConfig(**base, n_encoder_layers=enc, n_decoder_layers=dec))
+
+    split, small, large = model(3, 1), model(1, 1), model(3, 3)
+    assert (len(split.encoder.blocks), len(split.decoder.blocks)) == (3, 1)
+    encoder_block = sum(p.numel() for p in split.encoder.blocks[0].parameters())
+    decoder_block = sum(p.numel() for p in split.decoder.blocks[0].parameters())
+    assert decoder_block > encoder_block  # cross-attention and its norm
+    assert split.num_parameters() - small.num_parameters() == 2 * encoder_block
+    assert large.num_parameters() - split.num_parameters() == 2 * decoder_block
+    assert split.matmul_parameters() - small.matmul_parameters() == 2 * sum(
+        m.weight.numel() for m in split.encoder.blocks[0].modules() if isinstance(m, torch.nn.Linear)
+    )
+    attention = split.flops_per_token(64) - split.flops_per_token(64, include_attention=False)
+    assert attention == 4 * 64 * 32 * (3 + 2 * 1)
+
+
+def test_scaled_init_uses_each_stack_depth():
+    """GPT-2's residual scaling 1/sqrt(2·depth) takes the depth of the projection's own stack."""
+    torch.manual_seed(0)
+    cfg = ArchConfig(vocab_size=64, d_model=128, n_heads=4, max_seq_len=8, n_encoder_layers=8, n_decoder_layers=2)
+    model = EncoderDecoder(cfg)
+    encoder = torch.cat([b.attn.out.weight.flatten() for b in model.encoder.blocks]).std().item()
+    decoder = torch.cat([b.attn.out.weight.flatten() for b in model.decoder.blocks]).std().item()
+    assert encoder == pytest.approx(0.02 / math.sqrt(16), rel=0.05)
+    assert decoder == pytest.approx(0.02 / math.sqrt(4), rel=0.05)
+
+
+def test_symmetric_depths_build_the_same_model():
+    """Setting both depths to n_layers changes nothing, weights included (existing results stay put)."""
+    models = []
+    for extra in ({}, {"n_encoder_layers": 2, "n_decoder_layers": 2}):
+        torch.manual_seed(0)
+        models.append(EncoderDecoder(ArchConfig(**TINY, **extra)).state_dict())
+    assert models[0].keys() == models[1].keys()
+    assert all(torch.equal(models[0][k], models[1][k]) for k in models[0])

@@ -203,3 +203,64 @@ def test_wide_beam_is_exact_search(pos):
 
 def _eos_padded(hyp: tuple, eos: int) -> bool:
     return eos not in hyp or all(t == eos for t in hyp[hyp.index(eos) :])
+
+
+# --- split depths and the reference-fidelity settings (Marian, BART) -----------------------------
+
+# name: (pos_encoding, other settings)
+VARIANTS = {
+    "deep-encoder-3-1": ("sinusoidal", dict(n_encoder_layers=3, n_decoder_layers=1)),
+    "marian-halves-post-silu-bias": (
+        "sinusoidal",
+        dict(
+            sinusoidal_layout="halves", norm_placement="post", activation="silu", output_bias=True, n_decoder_layers=1
+        ),
+    ),
+    "deep-decoder-1-3": ("t5", dict(n_encoder_layers=1, n_decoder_layers=3)),
+    "bart-offset-embed_norm-2-1": (
+        "learned",
+        dict(learned_pos_offset=2, embedding_norm=True, norm_placement="post", n_encoder_layers=2, n_decoder_layers=1),
+    ),
+}
+
+
+@pytest.mark.parametrize("variant", list(VARIANTS))
+def test_cached_decoding_with_split_depths_and_fidelity_settings(variant):
+    """The KV cache holds one layer per decoder block and positions continue past the cache (BART's
+    offset rows, Marian's layout): greedy and beam search equal their uncached references."""
+    pos, settings = VARIANTS[variant]
+    model = _model(pos, **settings)
+    assert len(model.decoder.new_cache(4).self_attn) == model.cfg.decoder_layers
+    src, mask = _padded_source()
+    eos = _eos_that_finishes_a_row(model, src, mask, max_len=8)
+    assert torch.equal(model.greedy_decode(src, mask, BOS, eos, 8), _greedy_reference(model, src, mask, eos, 8))
+    out = model.beam_search(src, mask, BOS, eos, max_len=5, beam_size=3)
+    for row, hyp in zip(out.tolist(), _beam_reference(model, src, mask, eos, 5, 3, 1.0)):
+        assert row[: len(hyp)] == hyp and all(t == eos for t in row[len(hyp) :])
+
+
+def test_learned_offset_rows_are_never_read():
+    model = _model("learned", learned_pos_offset=2)
+    src, tgt = _ids(2, 6, seed=0), _ids(2, 5, seed=1)
+    assert model.decoder.pos.table.num_embeddings == TINY["max_seq_len"] + 2
+    with torch.no_grad():
+        logits = model(src, tgt)
+        for stack in (model.encoder, model.decoder):
+            stack.pos.table.weight[:2] = 100.0
+        torch.testing.assert_close(model(src, tgt), logits, atol=0, rtol=0)
+        model.decoder.pos.table.weight[2] += 1.0  # position 0 is row 2
+        assert not torch.allclose(model(src, tgt), logits)
+    with pytest.raises(ValueError, match="longer than max_seq_len=16"):
+        model.encode(_ids(1, 17, seed=2))
+
+
+def test_sinusoidal_layouts_hold_the_same_values():
+    """`halves` is a permutation of `interleaved`'s columns: sines of every frequency, then cosines."""
+    from models.positional import sinusoidal_table
+
+    for dim in (32, 33):
+        interleaved, halves = sinusoidal_table(50, dim), sinusoidal_table(50, dim, "halves")
+        sines = (dim + 1) // 2
+        torch.testing.assert_close(halves[:, :sines], interleaved[:, 0::2], atol=1e-5, rtol=0)
+        torch.testing.assert_close(halves[:, sines:], interleaved[:, 1::2], atol=1e-5, rtol=0)
+        assert not torch.allclose(halves, interleaved, atol=1e-2)

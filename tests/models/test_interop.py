@@ -15,17 +15,19 @@ transformers = pytest.importorskip("transformers")
 timm_vit = pytest.importorskip("timm.models.vision_transformer")
 
 from models.interop import CONVERTERS, from_reference  # noqa: E402
-from models.positional import t5_relative_bucket  # noqa: E402
+from models.positional import sinusoidal_table, t5_relative_bucket  # noqa: E402
 
 TOL = 1e-4
 
 
 def _perturb(ref: nn.Module, seed: int) -> nn.Module:
-    """Random offsets on every parameter (tied ones once), so nothing sits at its init value."""
+    """Random offsets on every trainable parameter (tied ones once), so nothing sits at its init value;
+    a frozen one (Marian's sinusoidal tables) is a fixed function, not a weight."""
     torch.manual_seed(seed)
     with torch.no_grad():
         for p in ref.parameters():
-            p.add_(torch.randn_like(p) * 0.05)
+            if p.requires_grad:
+                p.add_(torch.randn_like(p) * 0.05)
     return ref.eval()
 
 
@@ -216,6 +218,12 @@ T5_CASES = {
         True,
         False,
     ),
+    # a deep encoder and a shallow decoder (Kasai et al. 2021)
+    "t5-relu-scaled-3-1": (
+        dict(d_model=32, d_kv=8, num_heads=4, d_ff=64, num_layers=3, num_decoder_layers=1),
+        False,
+        False,
+    ),
     # gated-silu with a separate (untied) lm_head swapped into the reference
     "t5-swiglu-separate-head": (
         dict(
@@ -261,6 +269,206 @@ def test_t5_parity(case, max_diffs):
         ]
     max_diffs["t5"] = max(max_diffs.get("t5", 0.0), *diffs)
     assert max(diffs) < TOL
+
+
+def test_t5_depths_are_the_stacks():
+    kwargs = T5_CASES["t5-relu-scaled-3-1"][0]
+    model = from_reference(transformers.T5ForConditionalGeneration(transformers.T5Config(vocab_size=75, **kwargs)))
+    assert (len(model.encoder.blocks), len(model.decoder.blocks)) == (3, 1)
+    assert (model.cfg.encoder_layers, model.cfg.decoder_layers) == (3, 1)
+
+
+# ------------------------------------------------------------------------------------------------
+# Marian, BART -> EncoderDecoder (Post-Norm; sinusoidal or learned positions)
+
+SEQ2SEQ_BASE = dict(
+    d_model=32,
+    encoder_attention_heads=4,
+    decoder_attention_heads=4,
+    encoder_ffn_dim=48,
+    decoder_ffn_dim=48,
+    max_position_embeddings=40,
+    dropout=0.0,
+)
+# name: (config class, model class, config, whether final_logits_bias is non-zero)
+SEQ2SEQ_CASES = {
+    # opus-mt's settings: swish, embeddings scaled by sqrt(d), a logits bias; a deep encoder
+    "marian-swish-scaled-logits_bias-3-1": (
+        transformers.MarianConfig,
+        transformers.MarianMTModel,
+        dict(
+            SEQ2SEQ_BASE,
+            vocab_size=67,
+            encoder_layers=3,
+            decoder_layers=1,
+            activation_function="swish",
+            scale_embedding=True,
+            pad_token_id=66,
+            decoder_start_token_id=66,
+        ),
+        True,
+    ),
+    "marian-relu-unscaled-untied-odd_dim": (  # d = 42: the sines take one column more than the cosines
+        transformers.MarianConfig,
+        transformers.MarianMTModel,
+        dict(
+            SEQ2SEQ_BASE,
+            vocab_size=58,
+            d_model=42,
+            encoder_attention_heads=6,
+            decoder_attention_heads=6,
+            encoder_layers=2,
+            decoder_layers=2,
+            activation_function="relu",
+            tie_word_embeddings=False,
+            pad_token_id=57,
+            decoder_start_token_id=57,
+        ),
+        False,
+    ),
+    "bart-gelu-tied-logits_bias": (
+        transformers.BartConfig,
+        transformers.BartForConditionalGeneration,
+        dict(SEQ2SEQ_BASE, vocab_size=71, encoder_layers=2, decoder_layers=2),
+        True,
+    ),
+    "bart-gelu_new-scaled-untied-1-2": (
+        transformers.BartConfig,
+        transformers.BartForConditionalGeneration,
+        dict(
+            SEQ2SEQ_BASE,
+            vocab_size=60,
+            encoder_layers=1,
+            decoder_layers=2,
+            activation_function="gelu_new",
+            scale_embedding=True,
+            tie_word_embeddings=False,
+        ),
+        False,
+    ),
+}
+
+
+def seq2seq_reference(case: str, **config) -> nn.Module:
+    """The perturbed reference of a `SEQ2SEQ_CASES` case (its logits bias random where the case says)."""
+    config_cls, model_cls, kwargs, logits_bias = SEQ2SEQ_CASES[case]
+    torch.manual_seed(0)
+    ref = _perturb(model_cls(config_cls(**(kwargs | config))), seed=1)
+    with torch.no_grad():
+        if logits_bias:  # a buffer, so not perturbed: what a trained Marian has
+            ref.final_logits_bias.normal_(generator=torch.Generator().manual_seed(4))
+        if not ref.config.tie_word_embeddings:  # transformers 5 then unties source and target: make them one
+            for stack in (ref.model.encoder, ref.model.decoder):
+                stack.embed_tokens.weight.copy_(ref.model.shared.weight)
+    return ref
+
+
+def _target_padding(batch: int, length: int) -> torch.Tensor:
+    mask = torch.ones(batch, length, dtype=torch.long)
+    mask[1, -3:] = 0
+    mask[2, -9:] = 0
+    return mask
+
+
+@pytest.mark.parametrize("case", list(SEQ2SEQ_CASES))
+def test_seq2seq_parity(case, max_diffs):
+    """Logits within 1e-4 without padding, and with right padding in source and target (at the real
+    target positions: the suite's causal decoder needs no target mask, its padded rows are not read)."""
+    ref = seq2seq_reference(case, attn_implementation="eager")
+    config = ref.config
+    model = from_reference(ref)
+    assert not model.training
+    assert (len(model.encoder.blocks), len(model.decoder.blocks)) == (config.encoder_layers, config.decoder_layers)
+    assert model.cfg.tie_embeddings == config.tie_word_embeddings
+    assert model.cfg.output_bias == SEQ2SEQ_CASES[case][3]
+    src, tgt = _ids(config.vocab_size, 3, 24, seed=2), _ids(config.vocab_size, 3, 21, seed=3)
+    src_mask, tgt_mask = _target_padding(3, 24), _target_padding(3, 21)
+    src_mask[2, -15:] = 0
+    with torch.no_grad():
+        plain = _max_diff(model(src, tgt), ref(input_ids=src, decoder_input_ids=tgt).logits)
+        ours = model(src, tgt, src_attention_mask=src_mask)
+        theirs = ref(
+            input_ids=src, attention_mask=src_mask, decoder_input_ids=tgt, decoder_attention_mask=tgt_mask
+        ).logits
+    padded = _max_diff(ours[tgt_mask.bool()], theirs[tgt_mask.bool()])
+    family = case.split("-")[0]
+    max_diffs[family] = max(max_diffs.get(family, 0.0), plain, padded)
+    assert plain < TOL and padded < TOL
+
+
+def test_marian_positions_are_the_halves_layout():
+    """Marian's table is the suite's `halves` sinusoid (to float rounding), not its interleaved one."""
+    ref = seq2seq_reference("marian-relu-unscaled-untied-odd_dim")
+    table = ref.model.encoder.embed_positions.weight
+    model = from_reference(ref)
+    assert model.cfg.sinusoidal_layout == "halves" and model.cfg.pos_encoding == "sinusoidal"
+    torch.testing.assert_close(model.encoder.pos.table, table, atol=1e-6, rtol=0)
+    assert not torch.allclose(sinusoidal_table(table.shape[0], table.shape[1]), table, atol=1e-2)
+
+
+def test_bart_positions_keep_the_offset_rows():
+    ref = seq2seq_reference("bart-gelu-tied-logits_bias")
+    model = from_reference(ref)
+    assert model.cfg.learned_pos_offset == 2 and model.encoder.pos.max_positions == 40
+    assert torch.equal(model.decoder.pos.table.weight, ref.model.decoder.embed_positions.weight)
+
+
+@pytest.mark.parametrize(
+    "case, change, message",
+    [
+        (
+            "marian-relu-unscaled-untied-odd_dim",
+            lambda ref: ref.model.encoder.embed_positions.weight.add_(0.01),
+            "cannot convert: model.encoder.embed_positions.weight is not the sinusoidal table "
+            "(sinusoidal_layout='halves'), which the suite computes",
+        ),
+        (
+            "bart-gelu-tied-logits_bias",
+            dict(decoder_attention_heads=2),
+            "cannot convert: BART with encoder_attention_heads=4 and decoder_attention_heads=2 "
+            "(the suite has one n_heads)",
+        ),
+        (
+            "marian-swish-scaled-logits_bias-3-1",
+            dict(decoder_ffn_dim=40),
+            "cannot convert: Marian with encoder_ffn_dim=48 and decoder_ffn_dim=40 (the suite has one d_ff)",
+        ),
+        (
+            "marian-swish-scaled-logits_bias-3-1",
+            dict(share_encoder_decoder_embeddings=False),
+            "cannot convert: Marian with separate source and target vocabularies",
+        ),
+        (
+            "bart-gelu_new-scaled-untied-1-2",
+            lambda ref: ref.model.decoder.embed_tokens.weight.mul_(2),
+            "cannot convert: different tables in model.shared.weight, model.encoder.embed_tokens.weight and "
+            "model.decoder.embed_tokens.weight (separate source and target embeddings)",
+        ),
+        (
+            "bart-gelu-tied-logits_bias",
+            dict(activation_function="tanh"),
+            "cannot convert: activation 'tanh' has no suite equivalent",
+        ),
+    ],
+    ids=[
+        "marian-changed-table",
+        "bart-heads",
+        "marian-ffn",
+        "marian-separate-vocab",
+        "bart-untied-tables",
+        "bart-tanh",
+    ],
+)
+def test_seq2seq_mismatches_are_refused(case, change, message):
+    if callable(change):
+        ref = seq2seq_reference(case)
+        with torch.no_grad():
+            change(ref)
+    else:
+        ref = seq2seq_reference(case, **change)
+    with pytest.raises(ValueError) as info:
+        from_reference(ref)
+    assert message in str(info.value)
 
 
 @pytest.mark.parametrize("bidirectional", [True, False])
@@ -319,13 +527,15 @@ def test_vit_parity(case, max_diffs):
 # registry and refusals
 
 
-def test_registry_covers_the_six_references():
+def test_registry_covers_the_eight_references():
     assert set(CONVERTERS) == {
         "GPT2LMHeadModel",
         "LlamaForCausalLM",
         "BloomForCausalLM",
         "BertForMaskedLM",
         "T5ForConditionalGeneration",
+        "MarianMTModel",
+        "BartForConditionalGeneration",
         "VisionTransformer",
     }
 

@@ -20,7 +20,16 @@ timm = pytest.importorskip("timm")
 
 from models import GPT, ArchConfig, BertMLM, EncoderDecoder, ViT  # noqa: E402
 from models.interop import FAMILIES, TARGETS, from_reference, to_reference  # noqa: E402
-from tests.models.test_interop import BERT_CASES, DECODER_CASES, T5_CASES, VIT_CASES, _ids, _perturb  # noqa: E402
+from tests.models.test_interop import (  # noqa: E402
+    BERT_CASES,
+    DECODER_CASES,
+    SEQ2SEQ_CASES,
+    T5_CASES,
+    VIT_CASES,
+    _ids,
+    _perturb,
+    seq2seq_reference,
+)
 
 TOL = 1e-5
 VOCAB = 61
@@ -109,10 +118,15 @@ def _reference(case: str) -> tuple[nn.Module, int]:
         if separate_head:
             ref.lm_head = nn.Linear(config.d_model, config.vocab_size, bias=False)
         return _perturb(ref, seed=1), config.vocab_size
+    if case in SEQ2SEQ_CASES:
+        ref = seq2seq_reference(case)
+        return ref, ref.config.vocab_size
     return _perturb(timm.models.vision_transformer.VisionTransformer(**VIT_CASES[case][0]), seed=1), 0
 
 
-ROUND_TRIP_CASES = [c for c in (*DECODER_CASES, *BERT_CASES, *T5_CASES, *VIT_CASES) if c != "t5-swiglu-separate-head"]
+ROUND_TRIP_CASES = [
+    c for c in (*DECODER_CASES, *BERT_CASES, *T5_CASES, *SEQ2SEQ_CASES, *VIT_CASES) if c != "t5-swiglu-separate-head"
+]
 
 
 @pytest.mark.parametrize("case", ROUND_TRIP_CASES)
@@ -174,6 +188,18 @@ BERT_BASE = dict(
     vocab_size=VOCAB, d_model=32, n_layers=2, n_heads=4, max_seq_len=24, norm_placement="post", embedding_norm=True
 )
 VIT_BASE = dict(d_model=32, n_layers=2, n_heads=4, norm_eps=1e-6)
+# the original Transformer as Marian has it, and BART's variant of it
+MARIAN_BASE = dict(
+    vocab_size=VOCAB,
+    d_model=32,
+    n_layers=2,
+    n_heads=4,
+    max_seq_len=40,
+    pos_encoding="sinusoidal",
+    sinusoidal_layout="halves",
+    norm_placement="post",
+)
+BART_BASE = dict(MARIAN_BASE, pos_encoding="learned", learned_pos_offset=2, embedding_norm=True)
 
 SUITE_CASES = {
     # name: (suite class, config, ViT arguments, expected reference class)
@@ -249,6 +275,39 @@ SUITE_CASES = {
         "T5ForConditionalGeneration",
     ),
     "t5-swiglu": (EncoderDecoder, dict(ENC_DEC_BASE, activation="swiglu", d_ff=48), {}, "T5ForConditionalGeneration"),
+    "t5-relu-3-1": (
+        EncoderDecoder,
+        dict(ENC_DEC_BASE, activation="relu", n_encoder_layers=3, n_decoder_layers=1),
+        {},
+        "T5ForConditionalGeneration",
+    ),
+    "marian-silu-3-1-output_bias": (
+        EncoderDecoder,
+        dict(MARIAN_BASE, activation="silu", n_encoder_layers=3, n_decoder_layers=1, output_bias=True),
+        {},
+        "MarianMTModel",
+    ),
+    "marian-relu-untied-unscaled-dff-nobias": (
+        EncoderDecoder,
+        dict(MARIAN_BASE, activation="relu", tie_embeddings=False, scale_embeddings=False, d_ff=40, bias=False),
+        {},
+        "MarianMTModel",
+    ),
+    "bart-gelu": (EncoderDecoder, dict(BART_BASE), {}, "BartForConditionalGeneration"),
+    "bart-tanh-untied-scaled-1-2-output_bias": (
+        EncoderDecoder,
+        dict(
+            BART_BASE,
+            gelu_approximate="tanh",
+            tie_embeddings=False,
+            scale_embeddings=True,
+            n_layers=1,
+            n_decoder_layers=2,
+            output_bias=True,
+        ),
+        {},
+        "BartForConditionalGeneration",
+    ),
     "vit-cls-learned": (
         ViT,
         dict(VIT_BASE),
@@ -290,6 +349,8 @@ def test_suite_model_exports_to_its_reference(case):
         "bloom-6heads",
         "bert-tanh-untied",
         "t5-geglu-exact",
+        "marian-silu-3-1-output_bias",
+        "bart-tanh-untied-scaled-1-2-output_bias",
         "vit-mean-nopos-tanh-nobias",
     ],
 )
@@ -337,14 +398,32 @@ def test_exported_model_reloads_in_its_library(case, tmp_path):
             GPT(ArchConfig(**GPT_BASE, pos_encoding="alibi", gelu_approximate="tanh", embedding_norm=True, d_ff=100)),
             ["d_ff=100 has no equivalent in transformers BloomForCausalLM (it has None or 192)"],
         ),
-        (  # the suite's translation default: sinusoidal positions, LayerNorm, biases, scaled scores
+        (  # the suite's translation default: sinusoidal positions, LayerNorm, biases, scaled scores, Pre-Norm;
+            # Marian, the closest, first
             EncoderDecoder(ArchConfig(vocab_size=VOCAB, d_model=32, n_layers=1, n_heads=4, pos_encoding="sinusoidal")),
             [
+                "cannot export: sinusoidal_layout='interleaved' has no equivalent in transformers MarianMTModel "
+                "(it has 'halves'); norm_placement='pre' has no equivalent in transformers MarianMTModel "
+                "(it has 'post')",
                 "pos_encoding='sinusoidal' has no equivalent in transformers T5ForConditionalGeneration",
                 "norm='layernorm' has no equivalent",
                 "bias=True has no equivalent",
                 "attn_scale=None has no equivalent in transformers T5ForConditionalGeneration (it has 1.0)",
+                "pos_encoding='sinusoidal' has no equivalent in transformers BartForConditionalGeneration "
+                "(it has 'learned')",
             ],
+        ),
+        (
+            EncoderDecoder(ArchConfig(**dict(BART_BASE, learned_pos_offset=0, activation="swiglu"))),
+            [
+                "cannot export: learned_pos_offset=0 has no equivalent in transformers BartForConditionalGeneration "
+                "(it has 2); activation='swiglu' has no equivalent in transformers BartForConditionalGeneration "
+                "(it has 'relu' or 'gelu' or 'silu')",
+            ],
+        ),
+        (
+            EncoderDecoder(ArchConfig(**dict(MARIAN_BASE, max_seq_len=None))),
+            ["cannot export: max_seq_len=None has no equivalent in transformers MarianMTModel"],
         ),
         (
             BertMLM(ArchConfig(**dict(BERT_BASE, norm_placement="pre", activation="relu"))),
@@ -360,6 +439,10 @@ def test_exported_model_reloads_in_its_library(case, tmp_path):
                 "norm_eps=1e-05 has no equivalent in timm VisionTransformer (it has 1e-06)",
             ],
         ),
+        (
+            ViT(ArchConfig(**dict(VIT_BASE, pos_encoding="learned")), image_size=8, patch_size=2, learned_layout="2d"),
+            ["learned_layout='2d' has no equivalent in timm VisionTransformer (it has one 1-D pos_embed"],
+        ),
     ],
     ids=[
         "gpt-sinusoidal",
@@ -367,8 +450,11 @@ def test_exported_model_reloads_in_its_library(case, tmp_path):
         "llama-partial-rope",
         "bloom-d_ff",
         "t5-suite-default",
+        "bart-offset-swiglu",
+        "marian-no-max_seq_len",
         "bert-pre-relu",
         "vit-sincos-eps",
+        "vit-learned-2d",
     ],
 )
 def test_no_equivalent_names_every_setting(model, phrases):
@@ -391,6 +477,6 @@ def test_registry_exports_every_suite_model_to_each_family():
     """Each family module's target exports to the class it converts from, and every target's settings
     are `ArchConfig` fields."""
     assert [family.TARGET.library.split()[-1] for family in FAMILIES] == [family.REFERENCE for family in FAMILIES]
-    assert TARGETS == tuple(family.TARGET for family in FAMILIES) and len(FAMILIES) == 6
+    assert TARGETS == tuple(family.TARGET for family in FAMILIES) and len(FAMILIES) == 8
     assert {target.suite for target in TARGETS} == {GPT, BertMLM, EncoderDecoder, ViT}
     assert all(set(target.settings) <= set(ArchConfig.__dataclass_fields__) for target in TARGETS)

@@ -8,16 +8,24 @@ import torch
 from models import ArchConfig, ViT
 from models.config import POSITIONAL_FACTS, PosEncoding
 from models.positional import LearnedPositions, PositionalScheme, sinusoidal_table
-from models.vit import VIT_POSITIONAL, SinCos2DPositions
+from models.vit import (
+    LEARNED_LAYOUTS,
+    VIT_POSITIONAL,
+    Learned2DPositions,
+    LearnedGridPositions,
+    LearnedLayout,
+    SinCos2DPositions,
+)
 
 TINY = dict(d_model=32, n_layers=2, n_heads=4, init_std=0.1)
 IMAGES = torch.randn(2, 3, 16, 16, generator=torch.Generator().manual_seed(0))
 PERM = torch.randperm(16, generator=torch.Generator().manual_seed(1))  # 4x4 grid of 4x4 patches
 
 
-def _vit(pos: str, pool: str, **kw) -> ViT:
+def _vit(pos: str, pool: str, learned_layout: str = "1d", **kw) -> ViT:
     torch.manual_seed(0)
-    return ViT(ArchConfig(**TINY, pos_encoding=pos, **kw), image_size=16, patch_size=4, pool=pool).eval()
+    cfg = ArchConfig(**TINY, pos_encoding=pos, **kw)
+    return ViT(cfg, image_size=16, patch_size=4, pool=pool, learned_layout=learned_layout).eval()
 
 
 def _shuffle_patches(images: torch.Tensor, perm: torch.Tensor, patch: int = 4) -> torch.Tensor:
@@ -91,7 +99,7 @@ def test_bad_geometry_and_pool():
 @pytest.mark.parametrize("pool", ["mean", "cls"])
 def test_positional_modules(pool):
     learned = _vit("learned", pool)
-    assert type(learned.stack.pos) is LearnedPositions
+    assert type(learned.stack.pos) is LearnedGridPositions and isinstance(learned.stack.pos, LearnedPositions)
     assert learned.stack.pos.table.num_embeddings == learned.num_tokens == 16 + (pool == "cls")
     assert type(_vit("none", pool).stack.pos) is PositionalScheme
     sincos = _vit("sinusoidal", pool)
@@ -123,3 +131,103 @@ def test_pooling(pool):
 def test_flops_per_image():
     model = _vit("learned", "cls")
     assert model.flops_per_image() > model.flops_per_token(model.num_tokens) * model.num_tokens
+
+
+# learned 2-D positions (Dosovitskiy et al. App. D.4)
+
+
+def test_learned_layouts_registry():
+    assert set(LEARNED_LAYOUTS) == set(get_args(LearnedLayout))
+    assert LEARNED_LAYOUTS["1d"] is VIT_POSITIONAL["learned"]
+
+
+@pytest.mark.parametrize("pool", ["mean", "cls"])
+def test_learned_2d_is_a_row_table_and_a_column_table(pool):
+    model = _vit("learned", pool, learned_layout="2d")
+    pos = model.stack.pos
+    assert type(pos) is Learned2DPositions
+    assert pos.rows.weight.shape == pos.cols.weight.shape == (4, 16)  # 2·4 rows of d/2, not 16 of d
+    x = torch.zeros(1, model.num_tokens, 32)
+    table, prefix = pos.embed(x)[0], int(pool == "cls")
+    if prefix:
+        assert not table[0].any()
+    for r in range(4):
+        for c in range(4):
+            torch.testing.assert_close(table[prefix + 4 * r + c], torch.cat((pos.rows.weight[r], pos.cols.weight[c])))
+    with torch.no_grad():
+        assert not torch.allclose(model(_shuffle_patches(IMAGES, PERM)), model(IMAGES), atol=1e-4)
+    # the tables are trained, and counted as lookup tables like the 1-D one
+    model(IMAGES).sum().backward()
+    assert pos.rows.weight.grad.abs().sum() > 0 and pos.cols.weight.grad.abs().sum() > 0
+    assert model.num_parameters() - model.num_parameters(non_embedding=True) == 2 * 4 * 16
+
+
+@pytest.mark.parametrize("pos", ["sinusoidal", "none"])
+def test_learned_layout_needs_learned_positions(pos):
+    with pytest.raises(ValueError, match=rf"learned_layout='2d'.*pos_encoding={pos!r}.*pos_encoding='learned'"):
+        _vit(pos, "cls", learned_layout="2d")
+    with pytest.raises(ValueError, match=r"learned_layout='3d' is not valid; choose one of '1d', '2d'"):
+        _vit("learned", "cls", learned_layout="3d")
+
+
+# other image sizes: position tables resampled over the new patch grid
+
+BIG = torch.randn(2, 3, 24, 24, generator=torch.Generator().manual_seed(2))  # a 6x6 grid of 4x4 patches
+
+
+FORMS = [("learned", "1d"), ("learned", "2d"), ("sinusoidal", "1d"), ("none", "1d")]
+
+
+@pytest.mark.parametrize(("pos", "layout"), FORMS)
+def test_every_scheme_runs_at_other_sizes(pos, layout):
+    model = _vit(pos, "cls", learned_layout=layout)
+    with torch.no_grad():
+        for side in (8, 12, 16, 24, 32):
+            assert model(torch.randn(2, 3, side, side)).shape == (2, 10)
+
+
+def test_learned_1d_is_resampled_as_timm_does():
+    from timm.layers import resample_abs_pos_embed
+
+    model = _vit("learned", "cls")
+    table = model.stack.pos.table.weight
+    x = torch.zeros(1, 1 + 36, 32)
+    expected = resample_abs_pos_embed(table[None], [6, 6], [4, 4], num_prefix_tokens=1)
+    torch.testing.assert_close(model.stack.pos.embed(x), expected)
+    torch.testing.assert_close(model.stack.pos.embed(x)[0, 0], table[0])  # the CLS row is kept
+    # at the trained size the table is read as it is, not resampled
+    torch.testing.assert_close(model.stack.pos.embed(torch.zeros(1, 17, 32))[0], table, atol=0, rtol=0)
+
+
+def test_learned_2d_interpolates_each_axis():
+    model = _vit("learned", "mean", learned_layout="2d")
+    pos = model.stack.pos
+    table = pos.embed(torch.zeros(1, 36, 32))[0]
+    rows = torch.nn.functional.interpolate(pos.rows.weight.T[None], size=6, mode="linear", align_corners=False)[0].T
+    torch.testing.assert_close(table[6 * 5 + 2], torch.cat((rows[5], table[2, 16:])))
+    torch.testing.assert_close(table[:6, :16], rows[:1].expand(6, 16))  # the first grid row: one row vector
+
+
+def test_sincos_is_recomputed_for_the_new_grid():
+    small = _vit("sinusoidal", "cls")
+    big = ViT(ArchConfig(**TINY, pos_encoding="sinusoidal"), image_size=24, patch_size=4)
+    x = torch.zeros(1, 37, 32)
+    torch.testing.assert_close(small.stack.pos.embed(x)[0], big.stack.pos.table, atol=0, rtol=0)
+
+
+@pytest.mark.parametrize("pos", ["learned", "sinusoidal", "none"])
+def test_positions_still_act_at_another_size(pos):
+    """On a 6x6 grid the resampled (or recomputed) positions still tell patches apart; none stays a bag."""
+    model = _vit(pos, "cls")
+    perm = torch.randperm(36, generator=torch.Generator().manual_seed(3))
+    with torch.no_grad():
+        same = torch.allclose(model(_shuffle_patches(BIG, perm)), model(BIG), atol=1e-5)
+    assert same == (pos == "none")
+
+
+def test_other_sizes_must_be_square_multiples_of_the_patch():
+    model = _vit("learned", "cls")
+    with pytest.raises(ValueError, match=r"images of 18x18.*patch_size=4"):
+        model(torch.randn(1, 3, 18, 18))
+    with pytest.raises(ValueError, match=r"images of 16x24.*square"):
+        model(torch.randn(1, 3, 16, 24))

@@ -160,3 +160,25 @@ def test_analysis_keys_are_validated(tmp_path, entries, expected):
     path.write_text(yaml.safe_dump({"base": ["configs/gpt/base.yaml"], "grid": grid} | entries))
     with pytest.raises(SpecError, match=expected):
         load_spec(path)
+
+
+def test_fairness_compares_trainable_parameters_when_the_ledger_has_them(sweep_dir):
+    """Fine-tuning cells (LoRA, adapters) are compared on what they train, not on the frozen total: equal
+    trainable counts do not warn even though totals differ by 20%, and unequal ones do, named as such."""
+    path = sweep_dir / "results.csv"
+    rows = list(csv.DictReader(path.open()))
+    cases = (({"ln": 50, "rms": 50, "one": 50}, False), ({"ln": 50, "rms": 50, "one": 80}, True))
+    for trainable, expect_warning in cases:
+        with path.open("w", newline="") as f:
+            writer = csv.DictWriter(f, fieldnames=[*rows[0], "params_trainable"])
+            writer.writeheader()
+            writer.writerows(row | {"params_trainable": trainable[row["cell"]]} for row in rows)
+        report.main([str(sweep_dir)])
+        text = (sweep_dir / "report.md").read_text()
+        assert ("trainable parameter counts differ by 60.0%" in text) == expect_warning
+        assert "parameter counts differ by 20.0%" not in text
+        main_table = text.split("### val/loss (lower")[1].split("###")[0]
+        assert "| params | trainable | FLOPs/token |" in main_table
+        assert f"| 1,200 | {trainable['one']} |" in main_table
+        csv_rows = list(csv.DictReader((sweep_dir / "report.csv").open()))
+        assert {r["cell"]: r["params_trainable"] for r in csv_rows} == {c: str(n) for c, n in trainable.items()}

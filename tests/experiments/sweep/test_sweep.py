@@ -1,6 +1,7 @@
 """`cli.py sweep`: a real tiny sweep, a sweep killed mid-run and resumed, divergence and failure as
-outcomes, `--rerun`, spec errors before any run, `--dry-run`, two sweeps sharing a folder, and the
-`local` launcher (submitit) against the in-process pool."""
+outcomes, `--rerun`, spec errors before any run, `--dry-run`, two sweeps sharing a folder, the
+`local` launcher (submitit) against the in-process pool, and warm runs (the pool's default) against
+fresh processes (`--no-warm`)."""
 
 from __future__ import annotations
 
@@ -21,6 +22,7 @@ import yaml
 
 from experiments.sweep import command as sweep
 from experiments.sweep.spec import SpecError, load_spec
+from experiments.sweep.warm import Warm, WarmProcess
 
 ROOT = Path(__file__).resolve().parents[3]
 METRICS = ("val/loss", "val/loss@16", "val/loss@32", "val/ppl", "val/bpt", "train/loss")
@@ -39,13 +41,50 @@ def by_run(rows: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, str]]:
     return keyed
 
 
+def record_warm_starts(patch: pytest.MonkeyPatch) -> list:
+    """What each `Warm.start` returned from now on (a `WarmProcess`, or None: a fresh process)."""
+    started, start = [], Warm.start
+
+    def recording(self, *args, **kwargs):
+        started.append(start(self, *args, **kwargs))
+        return started[-1]
+
+    patch.setattr(Warm, "start", recording)
+    return started
+
+
+MAIN_WARM_STARTS: list = []  # what main_sweep's runs started as
+
+
+def assert_alibi_run_matches(out: Path, main_out: Path, **tolerance: float) -> None:
+    """The alibi seed-0 run of the sweep in `out` ended done after 12 steps with main_sweep's numbers."""
+    row = by_run(read_rows(out))[("pos_encoding=alibi", "0")]
+    reference = by_run(read_rows(main_out))[("pos_encoding=alibi", "0")]
+    assert row["status"] == "done" and row["steps"] == "12"
+    for metric in METRICS:
+        assert float(row[metric]) == pytest.approx(float(reference[metric]), **tolerance), metric
+
+
+def wait_for_checkpoint(sweep: subprocess.Popen, checkpoint: Path) -> None:
+    """Waits until the sweep's run has saved its first checkpoint (mid-run: a tiny run saves every 2 of 12 steps)."""
+    deadline = time.monotonic() + 300
+    while not checkpoint.exists():
+        assert sweep.poll() is None, "the sweep ended before its first checkpoint"
+        assert time.monotonic() < deadline, "no checkpoint after 300 s"
+        time.sleep(0.02)
+
+
 @pytest.fixture(scope="module")
 def main_sweep(tmp_path_factory, tiny_spec):
-    """2 cells x 2 seeds, uninterrupted."""
+    """2 cells x 2 seeds, uninterrupted (each run forked from the warm process: the default)."""
     tmp = tmp_path_factory.mktemp("main")
     spec = tiny_spec(tmp / "spec.yaml", grid={"model.arch.pos_encoding": ["learned", "alibi"]}, seeds=[0, 1])
     out = tmp / "out"
-    return sweep.main([str(spec), "--out", str(out), *THREADS]), out
+    with pytest.MonkeyPatch.context() as patch:
+        started = record_warm_starts(patch)
+        code = sweep.main([str(spec), "--out", str(out), *THREADS])
+    MAIN_WARM_STARTS[:] = started
+    return code, out
 
 
 @pytest.fixture(scope="module")
@@ -62,11 +101,7 @@ def killed_sweep(tmp_path_factory, tiny_spec):
         command, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
     )
     checkpoint = out / "pos_encoding=alibi" / "seed0" / "checkpoints" / "last.ckpt"
-    deadline = time.monotonic() + 300
-    while not checkpoint.exists():
-        assert first.poll() is None, "the sweep ended before its first checkpoint"
-        assert time.monotonic() < deadline, "no checkpoint after 300 s"
-        time.sleep(0.02)
+    wait_for_checkpoint(first, checkpoint)
     os.killpg(first.pid, signal.SIGKILL)  # the sweep and its run, mid-run
     first.wait()
     status = json.loads((checkpoint.parent.parent / "run.json").read_text())["status"]
@@ -136,11 +171,7 @@ def test_sweep_records_each_runs_code(main_sweep):
 def test_killed_sweep_resumes_to_same_results(main_sweep, killed_sweep):
     _, main_out = main_sweep
     _, _, out = killed_sweep
-    rows = by_run(read_rows(out))
-    resumed, reference = rows[("pos_encoding=alibi", "0")], by_run(read_rows(main_out))[("pos_encoding=alibi", "0")]
-    assert resumed["status"] == "done" and resumed["steps"] == "12"
-    for metric in METRICS:
-        assert float(resumed[metric]) == pytest.approx(float(reference[metric]), abs=1e-6), metric
+    assert_alibi_run_matches(out, main_out, abs=1e-6)
     log = (out / "pos_encoding=alibi" / "seed0" / "run.log").read_text()
     assert " start: " in log and " resume: " in log and "--ckpt_path=" in log
 
@@ -274,6 +305,86 @@ def test_local_launcher_matches_the_pool(main_sweep, tiny_spec, tmp_path):
     assert not list(out.rglob("claim.json")) and not list(out.rglob("outcome.json"))
 
 
+def normalised(text: str, out: Path) -> str:
+    """A run's text without what differs between two identical runs: times and the sweep folder."""
+    text = re.sub(r"elapsed \d+m\d+s", "elapsed T", text.replace(str(out), "DIR"))
+    return re.sub(r"(?m)^=== [\d: -]+ ", "=== T ", text)
+
+
+def run_folder(run_dir: Path, out: Path) -> dict[str, object]:
+    """Each file of a run folder: text normalised, a checkpoint's tensors as bytes, else the size (event
+    files, named by kind: their names hold host and time). git.diff is left out: it is the tree's patch
+    at that moment, which other edits may change."""
+    import torch
+
+    found: dict[str, object] = {}
+    for path in sorted(run_dir.rglob("*")):
+        name = re.sub(r"events\.out\.tfevents\..*", "events", str(path.relative_to(run_dir)))
+        if not path.is_file() or path.name == "git.diff":
+            continue
+        if path.suffix in (".yaml", ".json", ".log"):
+            found[name] = normalised(path.read_text(), out)
+        elif path.suffix == ".ckpt":
+            checkpoint = torch.load(path, map_location="cpu", weights_only=False)
+            tensors = {**checkpoint["state_dict"], **{
+                f"optimizer.{i}.{k}": v for i, state in checkpoint["optimizer_states"][0]["state"].items()
+                for k, v in state.items()}}
+            found[name] = {k: v.numpy().tobytes() for k, v in tensors.items()}
+        else:
+            found[name] = path.stat().st_size
+    return found
+
+
+def test_warm_runs_match_fresh_processes(main_sweep, tiny_spec, tmp_path, monkeypatch):
+    """The pool forks each run from a warm process by default; `--no-warm` starts each as a fresh
+    interpreter. Same seed, same numbers to the last bit (results.csv as written; the checkpoint's weights
+    and optimizer state), the same run.log line for line, the same files in every run folder."""
+    _, main_out = main_sweep
+    assert len(MAIN_WARM_STARTS) == 4 and all(isinstance(p, WarmProcess) for p in MAIN_WARM_STARTS)
+    started = record_warm_starts(monkeypatch)
+    spec = tiny_spec(tmp_path / "spec.yaml", grid={"model.arch.pos_encoding": ["learned", "alibi"]}, seeds=[0])
+    out = tmp_path / "out"
+    assert sweep.main([str(spec), "--out", str(out), *THREADS, "--no-warm"]) == 0
+    assert started == []  # no warm process at all
+    fresh, warm = by_run(read_rows(out)), by_run(read_rows(main_out))
+    assert set(fresh) == {(cell, "0") for cell in CELLS}
+    columns = [c for c in read_rows(out)[0] if c != "wall_time_s"]
+    for key, row in fresh.items():
+        assert row["status"] == "done"
+        assert {c: row[c] for c in columns} == {c: warm[key][c] for c in columns}, key
+        fresh_dir, warm_dir = out / key[0] / "seed0", main_out / key[0] / "seed0"
+        fresh_files, warm_files = run_folder(fresh_dir, out), run_folder(warm_dir, main_out)
+        assert {"run.log", "run.json", "config.yaml", "events", "checkpoints/last.ckpt"} <= set(fresh_files)
+        for name in fresh_files.keys() | warm_files.keys():  # one by one: a diff that says which file
+            assert fresh_files.get(name) == warm_files.get(name), name
+        assert json.loads((fresh_dir / "run.json").read_text())["threads"] == 1
+
+
+def test_terminated_sweep_stops_its_warm_run_and_resumes(main_sweep, tiny_spec, tmp_path):
+    """SIGTERM to the sweep (a scheduler's preemption): the forked run is terminated (Lightning's
+    graceful stop) and waited for, the warm process ends, nothing of the sweep is left running, the
+    claim is released, exit status 130; the same command then resumes the run to the uninterrupted numbers."""
+    spec = tiny_spec(tmp_path / "spec.yaml", cells=[{"model.arch.pos_encoding": "alibi"}], seeds=[0])
+    out = tmp_path / "out"
+    command = [sys.executable, "cli.py", "sweep", str(spec), "--out", str(out), *THREADS]
+    output = tmp_path / "sweep.log"
+    with output.open("w") as sink:
+        first = subprocess.Popen(command, cwd=ROOT, start_new_session=True, stdout=sink, stderr=subprocess.STDOUT)
+    run_dir = out / "pos_encoding=alibi" / "seed0"
+    wait_for_checkpoint(first, run_dir / "checkpoints" / "last.ckpt")
+    first.send_signal(signal.SIGTERM)  # the sweep alone: it stops its run itself
+    assert first.wait(timeout=120) == 130
+    assert "interrupted: stopping the runs" in output.read_text() and "warm start off" not in output.read_text()
+    with pytest.raises(ProcessLookupError):  # no run, no warm process left in the sweep's session
+        os.killpg(first.pid, 0)
+    assert not (run_dir / "claim.json").exists()
+    assert not (out / "results.csv").exists() or not read_rows(out)
+    assert sweep.main(command[3:]) == 0
+    assert_alibi_run_matches(out, main_sweep[1], abs=1e-6)
+    log = (run_dir / "run.log").read_text()
+    assert " start: " in log and " resume: " in log
+
+
 def test_concurrent_sweeps_on_one_folder_train_each_run_once(tmp_path, tiny_spec):
     """The same sweep started twice at once: every run is claimed by one of them and trained once; the
     other skips it (not failed, not resumed), and the ledger ends complete."""
@@ -310,19 +421,11 @@ def test_ddp_sweep_killed_and_resumed_matches_one_process(main_sweep, tiny_spec,
         command, cwd=ROOT, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.STDOUT
     )
     run_dir = out / "pos_encoding=alibi" / "seed0"
-    deadline = time.monotonic() + 300
-    while not (run_dir / "checkpoints" / "last.ckpt").exists():
-        assert first.poll() is None, "the sweep ended before its first checkpoint"
-        assert time.monotonic() < deadline, "no checkpoint after 300 s"
-        time.sleep(0.02)
+    wait_for_checkpoint(first, run_dir / "checkpoints" / "last.ckpt")
     os.killpg(first.pid, signal.SIGKILL)  # the sweep, its launcher and both training processes
     first.wait()
     assert json.loads((run_dir / "run.json").read_text())["status"] == "running", "finished before the kill"
     assert sweep.main(command[3:]) == 0
-    row = by_run(read_rows(out))[("pos_encoding=alibi", "0")]
-    reference = by_run(read_rows(main_sweep[1]))[("pos_encoding=alibi", "0")]
-    assert row["status"] == "done" and row["steps"] == "12"
-    for metric in METRICS:
-        assert float(row[metric]) == pytest.approx(float(reference[metric]), rel=1e-4), metric
+    assert_alibi_run_matches(out, main_sweep[1], rel=1e-4)
     assert json.loads((run_dir / "run.json").read_text())["processes"] == 2
     assert (out / "report.md").exists()
