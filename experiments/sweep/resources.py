@@ -82,8 +82,8 @@ def auto_jobs(cores: int, processes: int, runs: int) -> int:
     than the runs left to do (whose processes then share the spare cores as threads).
 
     The benchmark measured the rule on 2 cores (`experiments/bench/sweeps.py`): two single-thread runs
-    of a small model gave 5.5x the throughput of one two-thread run, since a small model's ops are too
-    short to keep two threads busy.
+    of a small model gave 1.16x the throughput of one two-thread run on a quiet machine (5.5x when other
+    processes held the cores), since a small model's ops are too short to keep two threads busy.
 
     Args:
         cores: cores this sweep may use.
