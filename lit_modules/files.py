@@ -9,11 +9,14 @@ from pathlib import Path
 from typing import Any
 
 
-def write_atomic(path: Path, text: str) -> None:
-    """Writes `text` to a hidden temporary file beside `path`, then renames it over `path`
-    (`os.replace` is atomic within one filesystem)."""
+def write_atomic(path: Path, content: str | bytes) -> None:
+    """Writes `content` (text or bytes) to a hidden temporary file beside `path`, then renames it over
+    `path` (`os.replace` is atomic within one filesystem)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(text)
+    if isinstance(content, bytes):
+        tmp.write_bytes(content)
+    else:
+        tmp.write_text(content)
     os.replace(tmp, path)
 
 

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import io
 import math
 from collections.abc import Mapping, Sequence
 from pathlib import Path
@@ -11,8 +12,18 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from lit_modules.files import write_atomic
+
 Curve = Mapping[int, float]  # step -> value
 
+
+
+def _save(fig, path: Path) -> None:
+    """The PNG written whole or not at all: two sweeps sharing a folder may report at once, and the
+    TensorBoard summary reads these files back."""
+    buffer = io.BytesIO()
+    fig.savefig(buffer, format="png", dpi=110)
+    write_atomic(path, buffer.getvalue())
 
 def seed_band(curves: Sequence[Curve]) -> dict[int, tuple[float, float, float]]:
     """step -> (mean, min, max) over the runs' finite values at that step.
@@ -55,7 +66,7 @@ def learning_curves(runs_by_cell: Mapping[str, Sequence[Curve]], metric: str, pa
         ax.legend(fontsize="small")
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
+        _save(fig, path)
     plt.close(fig)
     return drawn
 
@@ -89,6 +100,6 @@ def length_curves(loss_by_cell: Mapping[str, Mapping[int, float]], path: Path) -
         ax.legend(fontsize="small")
         fig.tight_layout()
         path.parent.mkdir(parents=True, exist_ok=True)
-        fig.savefig(path, dpi=110)
+        _save(fig, path)
     plt.close(fig)
     return drawn

@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import re
 import shutil
 import struct
@@ -282,8 +283,11 @@ def write_summary(out_dir: Path, analysis: Analysis, markdown: str, figures: Seq
     Returns:
         The summary folder.
     """
-    root = out_dir / SUMMARY_DIR
-    shutil.rmtree(root, ignore_errors=True)  # a second report would otherwise add duplicate sessions
+    # built aside, then swapped in: two sweeps sharing a folder may report at once, and a reader
+    # (TensorBoard) should never see a half-written summary; a rewrite never adds duplicate sessions
+    final = out_dir / SUMMARY_DIR
+    root = out_dir / f".{SUMMARY_DIR}.{os.getpid()}.tmp"
+    shutil.rmtree(root, ignore_errors=True)
     root.mkdir(parents=True)
     sessions, columns, scalars = _sessions(analysis, out_dir)
     charted: set[str] = set()
@@ -303,4 +307,20 @@ def write_summary(out_dir: Path, analysis: Analysis, markdown: str, figures: Seq
             tag=custom_scalar_metadata.CONFIG_SUMMARY_TAG, metadata=custom_scalar_metadata.create_summary_metadata(),
             tensor=tensor_util.make_tensor_proto(layout.SerializeToString())))  # fmt: skip
         writer.hparams(hparams_metadata.EXPERIMENT_TAG, plugin_data_pb2.HParamsPluginData(experiment=experiment))
-    return root
+    _swap_in(root, final)
+    return final
+
+
+def _swap_in(built: Path, final: Path) -> None:
+    """Replaces the folder `final` by `built`. When another report swaps its own in at the same moment,
+    one of the two (built from the same ledger) stays and the other is removed."""
+    old = final.with_name(f".{final.name}.{os.getpid()}.old")
+    try:
+        final.rename(old)
+    except FileNotFoundError:
+        pass
+    try:
+        built.rename(final)
+    except OSError:  # the other report's summary took the place first
+        shutil.rmtree(built, ignore_errors=True)
+    shutil.rmtree(old, ignore_errors=True)
