@@ -8,6 +8,7 @@ Sections (each a module of this package with `run(ctx) -> Section`):
   generation  256 greedy tokens with and without the KV cache, batch 1 and 32, every scheme
   vit         suite ViT vs timm VisionTransformer
   sweeps      two single-thread processes vs one two-thread process; the best `--jobs`
+  ddp         DDP (gloo) with 2 processes × 1 thread vs 1 process × 2 threads, one global batch
   startup     a sweep's per-run start-up overhead: a fresh `cli.py fit` vs a fork of the warm process
   data        share of step time spent waiting for the text DataModule
   checkpointing  peak memory and time of a training step with and without activation checkpointing, by depth
@@ -50,6 +51,7 @@ SECTIONS = {
     "generation": "experiments.bench.generation",
     "vit": "experiments.bench.vit",
     "sweeps": "experiments.bench.sweeps",
+    "ddp": "experiments.bench.ddp",
     "startup": "experiments.bench.startup",
     "data": "experiments.bench.data",
     "checkpointing": "experiments.bench.checkpointing",

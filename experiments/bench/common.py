@@ -74,6 +74,9 @@ class Settings:
     vit_batch: int = 64
     # sweeps: training steps each worker process times
     sweep_steps: int = 2
+    # DDP on CPU: timed steps per repetition, repetitions
+    ddp_steps: int = 5
+    ddp_reps: int = 3
     # data loading: steps timed
     data_steps: int = 20
     # activation checkpointing: depths of the GPT (the training section's other dimensions)
@@ -129,6 +132,8 @@ SMOKE = replace(
     vit_heads=2,
     vit_batch=4,
     sweep_steps=1,
+    ddp_steps=1,
+    ddp_reps=1,
     data_steps=2,
     ckpt_depths=(1, 2),
     dec_splits=((2, 2), (3, 1)),
