@@ -1,6 +1,6 @@
 """`cli.py export`: a trained run as the equivalent transformers / timm model, saved the library's way.
 
-    python cli.py export --config RUN/config.yaml --ckpt_path RUN/checkpoints/X.ckpt --out DIR
+    python cli.py export --config RUN/config.yaml --ckpt_path RUN/checkpoints/X.ckpt --out DIR [--format suite]
 
 The run's `config.yaml` goes through the suite's own parser (`cli_main(run=False)`), which builds the
 task module and its DataModule as the run did (vocabulary size, sequence length); the checkpoint's
@@ -10,16 +10,24 @@ weights are loaded into it with `weights_only=True` (tensors and plain container
 with `<Class>.from_pretrained(DIR)` or `timm.create_model("local-dir:DIR", pretrained=True)`.
 Not written: the tokenizer (the suite's vocabulary is its DataModule's).
 
+A LoRA run is exported with its updates merged into the base weights (exact up to float rounding), so
+either format is a plain model. `--format suite` writes the suite's own plain model instead
+(`DIR/model.pt`: `{"state_dict", "arch"}`, `lit_modules.finetune.export_merged`), which loads with
+`--model.init_from DIR/model.pt` into a run of the same architecture without PEFT. Adapters cannot merge
+(a nonlinear bottleneck), so an adapter run exports in neither format.
+
 The run's trainer settings (devices, precision, strategy) are not needed, so a GPU run exports on a
 CPU-only machine; a compiled run's checkpoint loads as well.
 
-Exit status: 0; 1 when the model has no equivalent reference (the message names every setting);
+Exit status: 0; 1 when the model has no equivalent reference (the message names every setting) or
+an adapter run asks for a merged model;
 2 for a missing file, a checkpoint that does not fit the config, or a missing reference library.
 """
 
 from __future__ import annotations
 
 import argparse
+import copy
 import inspect
 import logging
 import pickle
@@ -35,7 +43,12 @@ from lightning.pytorch.cli import LightningCLI
 
 from lit_modules.base import TaskModule
 from lit_modules.cli import cli_main
+from lit_modules.finetune import export_merged
+from models.config import ConfigError
 from models.interop import to_reference
+from models.peft import has_lora, merge_lora
+
+SUITE_MODEL_FILE = "model.pt"
 
 # the Trainer the parser builds alongside is never run: it must not need the run's devices (a GPU run
 # exports on a CPU-only machine)
@@ -120,7 +133,13 @@ def main(argv: list[str]) -> int:
     parser = argparse.ArgumentParser(prog="cli.py export", description=__doc__.splitlines()[0])
     parser.add_argument("--config", type=Path, required=True, help="the run's config.yaml")
     parser.add_argument("--ckpt_path", type=Path, required=True, help="a checkpoint of that run")
-    parser.add_argument("--out", type=Path, required=True, help="the folder to write the reference model to")
+    parser.add_argument("--out", type=Path, required=True, help="the folder to write the model to")
+    parser.add_argument(
+        "--format",
+        choices=("reference", "suite"),
+        default="reference",
+        help="reference: the transformers/timm equivalent; suite: the suite's plain model (LoRA merged), model.pt",
+    )
     args = parser.parse_args(argv)
     for path in (args.config, args.ckpt_path):
         if not path.is_file():
@@ -132,6 +151,8 @@ def main(argv: list[str]) -> int:
         print(f"error: {args.ckpt_path} is not a checkpoint torch.load reads with weights_only=True ({error})")
         return 2
     task, datamodule = build_run(args.config)
+    task.init_from = None  # the checkpoint holds every weight; the run's starting point may be gone
+    task.prepare_model()  # a PEFT run's own parameters (LoRA, adapters), which its checkpoint holds
     try:
         load_weights(task, checkpoint)
     except (RuntimeError, KeyError, TypeError) as error:
@@ -141,8 +162,21 @@ def main(argv: list[str]) -> int:
             flush=True,
         )
         return 2
+    if args.format == "suite":
+        try:
+            path = export_merged(task.base_model, args.out / SUITE_MODEL_FILE)
+        except ConfigError as error:
+            print(f"error: {error}", flush=True)
+            return 1
+        print(f"wrote the suite's plain {type(task.base_model).__name__} to {path}; load it with:")
+        hint = f"python cli.py fit --config {args.config} --model.init_from {path} --model.peft.method none"
+        print(f"  {hint}", flush=True)
+        return 0
+    model = task.base_model
+    if has_lora(model):
+        model = merge_lora(copy.deepcopy(model))
     try:
-        reference = to_reference(task.base_model)
+        reference = to_reference(model)
     except ValueError as error:
         print(f"error: {error}", flush=True)
         return 1

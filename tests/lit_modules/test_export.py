@@ -36,9 +36,9 @@ SMALL = {
 }
 
 
-def _train(family: str, root: Path) -> tuple[torch.nn.Module, dict, Path, Path]:
-    """Two training steps of the family's tiny config, checkpointed at the last: the trained suite
-    model, its data_info, the run's config.yaml and its checkpoint."""
+def _train(family: str, root: Path, *extra: str) -> tuple[torch.nn.Module, dict, Path, Path]:
+    """Two training steps of the family's tiny config (plus `extra` flags), checkpointed at the last: the
+    trained suite model, its data_info, the run's config.yaml and its checkpoint."""
     run = cli.cli_main(
         [
             "fit",
@@ -47,6 +47,7 @@ def _train(family: str, root: Path) -> tuple[torch.nn.Module, dict, Path, Path]:
             "-c",
             str(CONFIGS / family / "tiny.yaml"),
             *SMALL[family],
+            *extra,
             "--trainer.max_steps",
             "2",
             "--trainer.val_check_interval",
@@ -74,8 +75,20 @@ def vit_run(tmp_path_factory):
     return _train("vit", tmp_path_factory.mktemp("vit"))
 
 
-def _export(config: Path, ckpt: Path, out: Path) -> int:
-    return cli.main(["export", "--config", str(config), "--ckpt_path", str(ckpt), "--out", str(out)])
+@pytest.fixture(scope="module")
+def lora_run(gpt_run, tmp_path_factory):
+    """LoRA fine-tuning of the GPT run, whose starting checkpoint is then deleted (as an old run's may be)."""
+    root = tmp_path_factory.mktemp("lora")
+    start = root / "start.ckpt"
+    start.write_bytes(gpt_run[3].read_bytes())
+    lora = ("--model.peft.method", "lora", "--model.peft.targets", "[q, v, ffn_in]", "--model.optim.lr", "0.05")
+    run = _train("gpt", root, "--model.init_from", str(start), *lora)
+    start.unlink()
+    return run
+
+
+def _export(config: Path, ckpt: Path, out: Path, *extra: str) -> int:
+    return cli.main(["export", "--config", str(config), "--ckpt_path", str(ckpt), "--out", str(out), *extra])
 
 
 def test_gpt_run_exports_to_gpt2_and_reloads(gpt_run, tmp_path, capsys):
@@ -155,3 +168,46 @@ def test_missing_or_mismatched_checkpoint_exits_2(gpt_run, vit_run, tmp_path, ca
     assert _export(vit_config, gpt_ckpt, tmp_path / "out") == 2
     assert "does not fit the model of" in capsys.readouterr().out
     assert not (tmp_path / "out").exists()
+
+
+def test_lora_run_exports_merged_in_both_formats(lora_run, gpt_run, tmp_path, capsys):
+    """LoRA's updates (trained, so not zero) merge into the weights: the transformers model and the suite's
+    plain model both give the fine-tuned model's logits, and the plain one loads with --model.init_from."""
+    suite, _, config, ckpt = lora_run
+    assert any(".lora_B" in k and v.abs().max() > 1e-3 for k, v in suite.state_dict().items())
+    ids = torch.randint(0, suite.cfg.vocab_size, (2, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        fine_tuned, start = suite(ids), gpt_run[0](ids)
+        assert (fine_tuned - start).abs().max().item() > 1e-3  # LoRA changed the model
+        assert _export(config, ckpt, tmp_path / "hf") == 0
+        loaded = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
+        assert (loaded(ids).logits - fine_tuned).abs().max().item() < 1e-4
+        assert _export(config, ckpt, tmp_path / "suite", "--format", "suite") == 0
+    assert "--model.init_from" in capsys.readouterr().out
+    plain = torch.load(tmp_path / "suite" / "model.pt", weights_only=True)
+    assert not any("lora" in key for key in plain["state_dict"])
+    run = cli.cli_main(
+        [
+            "fit",
+            "--config",
+            str(config),
+            "--model.init_from",
+            str(tmp_path / "suite" / "model.pt"),
+            "--model.peft.method",
+            "none",
+            "--trainer.max_steps",
+            "0",
+            "--trainer.enable_progress_bar",
+            "false",
+            "--trainer.logger.init_args.save_dir",
+            str(tmp_path / "reloaded"),
+        ]  # fmt: skip
+    )
+    with torch.no_grad():
+        assert (run.model.base_model.eval()(ids) - fine_tuned).abs().max().item() < 1e-4
+
+
+def test_adapter_run_cannot_export_merged(gpt_run, tmp_path, capsys):
+    _, _, config, ckpt = _train("gpt", tmp_path / "run", "--model.peft.method", "adapter")
+    assert _export(config, ckpt, tmp_path / "out", "--format", "suite") == 1
+    assert "adapter weights cannot merge" in capsys.readouterr().out
