@@ -89,6 +89,31 @@ def test_recipe_augments_training_images_only() -> None:
     torch.testing.assert_close(val[0][0], plain._dataset("val")[0][0], atol=0, rtol=0)
 
 
+def _first_batches(dm: ImageDataModule, seed: int, n: int = 2) -> list[dict]:
+    """The first `n` training batches after seeding the global RNGs as a run's `seed_everything` does."""
+    import lightning.pytorch as pl
+
+    pl.seed_everything(seed, verbose=False)
+    batches = iter(dm.train_dataloader())
+    return [next(batches) for _ in range(n)]
+
+
+def test_recipe_batches_differ_from_clean_ones_and_repeat_under_a_seed() -> None:
+    """The recipe's training batches (RandAugment + random erasing, through the loader) are other pixels
+    than the clean batches of the same images, the same pixels again under the same seed, and other
+    draws under another seed (the images and their order are the DataModule's seed's)."""
+    recipe = TrainRecipe(rand_augment="rand-m9-mstd0.5-inc1", random_erasing=0.25)
+    dm, plain = ImageDataModule(seed=0, batch_size=64, recipe=recipe), ImageDataModule(seed=0, batch_size=64)
+    first, again, other = _first_batches(dm, 0), _first_batches(dm, 0), _first_batches(dm, 1)
+    clean = _first_batches(plain, 0)
+    for a, b, o, c in zip(first, again, other, clean):
+        assert torch.equal(a["labels"], c["labels"]) and torch.equal(o["labels"], c["labels"])
+        changed = ~torch.isclose(a["images"], c["images"], atol=1e-2).flatten(1).all(1)
+        assert changed.float().mean() > 0.5  # most images augmented
+        torch.testing.assert_close(a["images"], b["images"], atol=0, rtol=0)  # reproducible
+        assert not torch.equal(a["images"], o["images"])  # the draws follow the run's seed
+
+
 def test_posterize_to_zero_bits_gives_black() -> None:
     """timm's 'inc1' posterize reaches 0 bits, which Pillow 13 refuses; the recipe keeps Pillow's old black."""
     from PIL import Image

@@ -109,6 +109,37 @@ def test_mixup_trains_on_soft_targets():
     torch.testing.assert_close(loss, expected)
 
 
+@pytest.mark.parametrize("mode", ["mixup", "cutmix"])
+def test_soft_targets_are_the_mixed_proportions(mode):
+    """Each row of the soft targets sums to one and gives each label the share of the image that came
+    from it (image i is mixed with image B-1-i): read off the pixels of images of one value each. The
+    same NumPy seed gives the same batch again, another seed another one."""
+    data = ImageDataModule(dataset="digits")
+    mix = MixConfig(mixup_alpha=0.8 * (mode == "mixup"), cutmix_alpha=1.0 * (mode == "cutmix"))
+    model = _tiny(data, mix=mix)  # no label smoothing: the targets are the proportions themselves
+    labels = torch.arange(8)  # partners (i, 7 - i) never share a label
+    images = labels.float().view(8, 1, 1, 1).expand(8, 1, 8, 8).contiguous()  # image i: every pixel i
+    np.random.seed(0)
+    mixed, targets = model.mixed(images.clone(), labels)
+    partner = labels.flip(0)
+    if mode == "mixup":  # one weight per batch: pixel = (1 - share) * own + share * partner's
+        share = ((mixed - images) / (partner - labels).float().view(8, 1, 1, 1)).flatten(1)
+        torch.testing.assert_close(share, share[:, :1].expand(8, 64))
+        share = share[:, 0]
+    else:  # one box pasted from the partner: the share is the box's area
+        share = (mixed == partner.float().view(8, 1, 1, 1)).flatten(1).float().mean(1)
+    assert 0 < float(share[0]) < 1, "nothing mixed: the test would not see the proportions"
+    torch.testing.assert_close(targets.sum(-1), torch.ones(8))
+    assert (targets >= 0).all() and (targets.gt(0).sum(-1) == 2).all()
+    torch.testing.assert_close(targets[labels, partner], share)
+    torch.testing.assert_close(targets[labels, labels], 1 - share)
+    np.random.seed(0)
+    again = model.mixed(images.clone(), labels)
+    assert torch.equal(again[0], mixed) and torch.equal(again[1], targets)
+    np.random.seed(1)
+    assert not torch.equal(model.mixed(images.clone(), labels)[1], targets)
+
+
 @pytest.mark.parametrize(("field", "value"), [("mixup_alpha", -1.0), ("prob", 1.5), ("switch_prob", -0.1)])
 def test_mix_config_is_validated(field, value):
     with pytest.raises(ConfigError, match=rf"mix.{field}={value}"):
@@ -134,3 +165,50 @@ def test_ema_weights_are_evaluated():
     plain_trainer.fit(plain, datamodule=data)
     assert not torch.equal(plain.model.head.weight, model.model.head.weight)
     assert plain_trainer.callback_metrics["val/loss"] != ema_loss
+
+
+class _Weights(pl.Callback):
+    """Records the live ViT's and the EMA's parameters after each optimizer step (after the EMA's update)."""
+
+    def __init__(self, ema: EMAWeightAveraging) -> None:
+        self.ema, self.live, self.average = ema, [], []
+
+    def on_train_batch_end(self, trainer, pl_module, *args) -> None:
+        self.live.append({k: v.detach().clone() for k, v in pl_module.model.named_parameters()})
+        averaged = self.ema._average_model.module.model
+        self.average.append({k: v.detach().clone() for k, v in averaged.named_parameters()})
+
+
+def test_ema_weights_trail_the_live_weights():
+    """From the first step the average is a_t = d·a_(t-1) + (1 - d)·w_t of the live weights w_t, so after
+    a few steps it is other weights than the live ones (that training keeps changing)."""
+    data = ImageDataModule(dataset="digits", batch_size=64)
+    model, ema = _tiny(data), EMAWeightAveraging(decay=0.8)
+    weights = _Weights(ema)
+    _trainer(max_steps=4, limit_val_batches=0, callbacks=[ema, weights]).fit(model, datamodule=data)
+    live, average = weights.live, weights.average
+    assert len(live) == 4
+    for name, value in live[0].items():
+        assert torch.equal(average[0][name], value), name  # the first update copies the weights
+    for t in range(1, 4):
+        for name, value in live[t].items():
+            torch.testing.assert_close(average[t][name], 0.8 * average[t - 1][name] + 0.2 * value)
+    moved = [name for name in live[3] if not torch.equal(live[3][name], live[0][name])]
+    assert "head.weight" in moved and "stack.pos.table.weight" in moved
+    assert all(not torch.allclose(average[3][name], live[3][name]) for name in moved)
+
+
+@pytest.mark.parametrize(
+    ("pos", "layout"), [("none", "1d"), ("learned", "1d"), ("learned", "2d"), ("sinusoidal", "1d")]
+)
+def test_every_scheme_is_evaluated_at_one_and_a_half_and_twice_the_size(pos, layout):
+    """The resolution axis of the positional study: 8x8 digits also read at 12 and 16 px (6x6 and 8x8
+    grids of 2x2 patches) by each positional form, each side's metrics its own."""
+    data = ImageDataModule(dataset="digits", batch_size=270, eval_image_sizes=[8, 12, 16])
+    torch.manual_seed(0)
+    arch = ArchConfig(d_model=32, n_layers=1, n_heads=2, pos_encoding=pos)
+    model = ImageClassifier(arch, data_info=describe_data(data), patch_size=2, learned_layout=layout)
+    (metrics, *_) = _trainer().validate(model, datamodule=data, verbose=False)
+    assert set(metrics) == {"val/loss", "val/acc"} | {f"val/{m}@{s}" for m in ("loss", "acc") for s in (8, 12, 16)}
+    assert all(np.isfinite(value) for value in metrics.values())
+    assert len({metrics[f"val/loss@{s}"] for s in (8, 12, 16)}) == 3  # three evaluations, not one copied

@@ -48,6 +48,28 @@ def test_evaluation_is_unchanged():
     torch.testing.assert_close(dropped(images), plain(images), atol=0, rtol=0)
 
 
+def test_rate_zero_is_the_identity_in_training():
+    """Off (rate 0), training mode computes exactly what evaluation does: no branch is ever dropped."""
+    images = torch.randn(8, 3, 8, 8)
+    torch.manual_seed(0)
+    model = ViT(ArchConfig(**TINY, drop_path=0.0), image_size=8, patch_size=4)
+    expected = model.eval()(images)
+    model.train()
+    for _ in range(3):
+        torch.testing.assert_close(model(images), expected, atol=0, rtol=0)
+
+
+def test_a_positive_rate_acts_in_training_only():
+    images = torch.randn(8, 3, 8, 8)
+    torch.manual_seed(0)
+    model = ViT(ArchConfig(**TINY, drop_path=0.5), image_size=8, patch_size=4)
+    expected = model.eval()(images)
+    torch.testing.assert_close(model(images), expected, atol=0, rtol=0)  # evaluation: deterministic
+    model.train()
+    first, second = model(images), model(images)
+    assert not torch.allclose(first, expected) and not torch.allclose(first, second)  # fresh draws each call
+
+
 def test_a_branch_is_dropped_per_sample_in_training():
     cfg = ArchConfig(**TINY)
     torch.manual_seed(0)

@@ -199,6 +199,32 @@ def test_learned_1d_is_resampled_as_timm_does():
     torch.testing.assert_close(model.stack.pos.embed(torch.zeros(1, 17, 32))[0], table, atol=0, rtol=0)
 
 
+@pytest.mark.parametrize("side", [12, 16])
+def test_learned_1d_at_other_sizes_is_timms_dynamic_img_size(side):
+    """A timm ViT's `pos_embed` is our 1-D table (one row per token, CLS first), and at 1.5x and 2x the
+    trained 8x8 the converted model gives what timm's own `dynamic_img_size` model gives."""
+    from timm.models.vision_transformer import VisionTransformer
+
+    from models.interop import from_reference
+
+    kw = dict(img_size=8, patch_size=2, in_chans=1, embed_dim=32, depth=2, num_heads=4, mlp_ratio=2.0, num_classes=10)
+    torch.manual_seed(0)
+    ref = VisionTransformer(**kw).eval()
+    with torch.no_grad():
+        ref.pos_embed.normal_()  # timm starts it at std 0.02, where positions would hardly count
+    model = from_reference(ref)
+    assert type(model.stack.pos) is LearnedGridPositions  # the learned 1-D form of a ViT
+    assert model.stack.pos.table.weight.shape == ref.pos_embed.shape[1:] == (1 + 16, 32)
+    dynamic = VisionTransformer(**kw, dynamic_img_size=True).eval()
+    dynamic.load_state_dict(ref.state_dict())
+    images = torch.randn(3, 1, side, side, generator=torch.Generator().manual_seed(side))
+    with torch.no_grad():
+        ours = model(images)
+        torch.testing.assert_close(ours, dynamic(images), atol=1e-5, rtol=1e-5)
+        model.stack.pos.table.weight.zero_()
+        assert not torch.allclose(model(images), ours, atol=1e-3)  # the resampled positions count
+
+
 def test_learned_2d_interpolates_each_axis():
     model = _vit("learned", "mean", learned_layout="2d")
     pos = model.stack.pos
