@@ -98,6 +98,9 @@ def load_weights(model: nn.Module, state: dict[str, Tensor], replace: tuple[str,
             model.get_submodule(name)
         except AttributeError:
             raise ConfigError(f"model.init_replace: {name!r} is no module of {type(model).__name__}") from None
+    adapt = getattr(model, "adapt_state_dict", None)  # ViT: position tables of another grid, resampled
+    if adapt is not None:
+        state = adapt(state)
     replaced_ids = _params(model, replace)
     own = model.state_dict(keep_vars=True)
     replaced = {k for k, p in own.items() if id(p) in replaced_ids or k.startswith(tuple(f"{r}." for r in replace))}

@@ -75,14 +75,25 @@ class LearnedGridPositions(LearnedPositions):
         super().__init__(cfg, causal=False, length=grid * grid + prefix_tokens)
         self.grid, self.prefix = grid, prefix_tokens
 
+    def _resampled(self, rows: Tensor, old: int, new: int) -> Tensor:
+        """A table's rows (prefix + old², d) for a new x new grid."""
+        from timm.layers import resample_abs_pos_embed  # imported on use: `import timm` takes seconds
+
+        return resample_abs_pos_embed(rows[None], [new, new], [old, old], self.prefix)[0]
+
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
         grid = grid_side(x.shape[1], self.prefix)
         if grid == self.grid:
             return super().embed(x, offset)
-        from timm.layers import resample_abs_pos_embed  # imported on use: `import timm` takes seconds
+        return x + self._resampled(self.table.weight[self.first :], self.grid, grid)
 
-        table = self.table.weight[self.first :][None]  # (1, prefix + grid², d)
-        return x + resample_abs_pos_embed(table, [grid, grid], [self.grid, self.grid], self.prefix)
+    def adapt_state(self, state: dict[str, Tensor], name: str) -> None:
+        """A saved table of another grid (trained at another image size) resampled to this one, in `state`."""
+        key = f"{name}.table.weight"
+        table = state.get(key)
+        if table is not None and table.shape != self.table.weight.shape:
+            old = grid_side(table.shape[0] - self.first, self.prefix)
+            state[key] = torch.cat((table[: self.first], self._resampled(table[self.first :], old, self.grid)))
 
 
 class Learned2DPositions(PositionalScheme):
@@ -98,14 +109,22 @@ class Learned2DPositions(PositionalScheme):
         self.grid, self.prefix = grid, prefix_tokens
         self.rows, self.cols = nn.Embedding(grid, cfg.d_model // 2), nn.Embedding(grid, cfg.d_model // 2)
 
-    def _axis(self, table: nn.Embedding, grid: int) -> Tensor:
-        if grid == self.grid:
-            return table.weight
-        return F.interpolate(table.weight.T[None], size=grid, mode="linear", align_corners=False)[0].T
+    @staticmethod
+    def _axis(weight: Tensor, grid: int) -> Tensor:
+        if grid == weight.shape[0]:
+            return weight
+        return F.interpolate(weight.T[None], size=grid, mode="linear", align_corners=False)[0].T
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:
         grid = grid_side(x.shape[1], self.prefix)
-        return x + grid_table(self._axis(self.rows, grid), self._axis(self.cols, grid), self.prefix)
+        return x + grid_table(self._axis(self.rows.weight, grid), self._axis(self.cols.weight, grid), self.prefix)
+
+    def adapt_state(self, state: dict[str, Tensor], name: str) -> None:
+        """Saved row and column tables of another grid interpolated to this one, in `state`."""
+        for axis in ("rows", "cols"):
+            key = f"{name}.{axis}.weight"
+            if key in state:
+                state[key] = self._axis(state[key], self.grid)
 
 
 # pos_encoding -> its form over ViT's tokens, from (cfg, grid side, prefix tokens): exactly the schemes
@@ -196,6 +215,16 @@ class ViT(TransformerModel):
         h = self.stack(x)
         pooled = h[:, 0] if self.cls is not None else h.mean(dim=1)
         return self.head(self.norm(pooled))
+
+    def adapt_state_dict(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
+        """`state` with learned position tables of another patch grid (a checkpoint trained at another
+        image size) resampled to this model's, as `forward` reads them for another size; timm's
+        `checkpoint_filter_fn` does the same for its `pos_embed`."""
+        state = dict(state)
+        for name, module in self.named_modules():
+            if hasattr(module, "adapt_state"):
+                module.adapt_state(state, name)
+        return state
 
     def flops_per_image(self) -> float:
         conv = 2.0 * self.patch.weight.numel() * (self.num_tokens - (self.cls is not None))

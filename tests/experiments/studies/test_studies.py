@@ -28,11 +28,32 @@ def needs_shared_data(spec: Path) -> bool:
     return "../shared/data" in spec.read_text()
 
 
+# a spec's input made by another spec of its study (a fine-tune's pre-trained checkpoint and vocabulary)
+OTHER_RESULTS = re.compile(r"^experiments/studies/(\w+)/results/(\w+)/")
+
+
+def smoke_inputs(fixed: dict, tmp_path: Path) -> dict:
+    """`fixed` with inputs that another spec's results provide, and that are not on disk (checkpoints are
+    not committed), made by that spec's own smoke run under `tmp_path`."""
+    fixed = dict(fixed)
+    for key, value in fixed.items():
+        match = OTHER_RESULTS.match(value) if isinstance(value, str) else None
+        if match is None or (ROOT / value).exists():
+            continue
+        study, name = match.groups()
+        out = tmp_path / "inputs" / name
+        if not out.exists():
+            spec = smoke_spec(ROOT / "experiments" / "studies" / study / f"{name}.yaml", tmp_path / "inputs")
+            assert sweep.main([str(spec), "--out", str(out), "--threads", "1"]) == 0
+        fixed[key] = str(out / value[match.end() :])
+    return fixed
+
+
 def smoke_spec(spec: Path, tmp_path: Path) -> Path:
     """The spec with one seed, two training steps and one validation batch."""
     data = read_spec(spec)  # `extends:` resolved: the copy lives elsewhere
     data["seeds"] = data.get("seeds", [0])[:1]
-    data["fixed"] = dict(data.get("fixed") or {}) | {
+    data["fixed"] = smoke_inputs(data.get("fixed") or {}, tmp_path) | {
         "trainer.max_steps": 2,
         "trainer.val_check_interval": 2,
         "trainer.limit_val_batches": 1,
@@ -40,6 +61,7 @@ def smoke_spec(spec: Path, tmp_path: Path) -> Path:
     }
     data["checkpoint_every"] = 2
     data.pop("require_clean", None)  # a smoke run checks the spec, not the tree it runs from
+    tmp_path.mkdir(parents=True, exist_ok=True)
     path = tmp_path / spec.name
     path.write_text(yaml.safe_dump(data, sort_keys=False))
     return path
