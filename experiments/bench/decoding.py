@@ -13,8 +13,10 @@ show what the deeper encoder costs. Speed only: quality at each split is a train
 from __future__ import annotations
 
 import functools
+from dataclasses import dataclass
 
 import torch
+from torch import Tensor
 
 from models import EncoderDecoder
 
@@ -30,6 +32,41 @@ NO_EOS = -1
 
 def _split(split: tuple[int, int]) -> str:
     return f"{split[0]}-{split[1]}"
+
+
+@dataclass(frozen=True)
+class DecodeJob:
+    """One model and the batch of sources it decodes (its own token ids: BOS, and sources in its vocabulary)."""
+
+    model: EncoderDecoder
+    src: Tensor  # (B, S) source ids
+    mask: Tensor  # (B, S) 1 = token, 0 = padding
+    bos: int
+
+
+def time_decoding(
+    jobs: dict[str, DecodeJob], new_tokens: int, modes: dict[str, int], reps: int, warmup: int = 1
+) -> dict[str, dict[str, Timing]]:
+    """Seconds per batch of each job, per decoding mode (name -> beam width; 1 is greedy), plus `encode`
+    (the encoder alone). Every decode runs on the KV cache and returns exactly `new_tokens` tokens per source:
+    no token is EOS. The jobs of one mode are timed interleaved (`interleaved`), `reps` times each after
+    `warmup` untimed calls; the tokens/s of a job are `B * new_tokens` over its time."""
+    times = {
+        mode: interleaved(
+            {
+                name: functools.partial(job.model.beam_search, job.src, job.mask, job.bos, NO_EOS, new_tokens, beam)
+                for name, job in jobs.items()
+            },
+            reps,
+            warmup,
+        )
+        for mode, beam in modes.items()
+    }
+    with torch.no_grad():
+        times["encode"] = interleaved(
+            {name: functools.partial(job.model.encode, job.src, job.mask) for name, job in jobs.items()}, reps, warmup
+        )
+    return times
 
 
 def run(ctx: Context) -> Section:
@@ -52,17 +89,8 @@ def run(ctx: Context) -> Section:
         models[_split((enc, dec))] = EncoderDecoder(arch).eval()
 
     modes = {"greedy": 1, f"beam {s.dec_beam}": s.dec_beam}
-    times: dict[str, dict[str, Timing]] = {}
-    for mode, beam in modes.items():
-        calls = {
-            name: functools.partial(model.beam_search, src, mask, BOS, NO_EOS, new, beam_size=beam)
-            for name, model in models.items()
-        }
-        times[mode] = interleaved(calls, reps, s.warmup)
-    with torch.no_grad():
-        times["encode"] = interleaved(
-            {name: functools.partial(model.encode, src, mask) for name, model in models.items()}, reps, s.warmup
-        )
+    jobs = {name: DecodeJob(model, src, mask, BOS) for name, model in models.items()}
+    times = time_decoding(jobs, new, modes, reps, s.warmup)
 
     baseline = next(iter(models))
     work = s.dec_batch * new
