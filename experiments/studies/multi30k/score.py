@@ -40,6 +40,8 @@ class Scores:
     bleu: float
     bleu_signature: str
     bleu_detail: str  # sacrebleu's one-line score: n-gram precisions, brevity penalty, lengths
+    bleu_lowercase: float  # what lowercased, tokenized BLEUs (torchtext's, Trevett's tutorial) compare with
+    bleu_lowercase_signature: str
     chrf: float
     chrf_signature: str
     chrf_pp: float
@@ -57,13 +59,14 @@ def score(hypotheses: list[str], references: list[str]) -> Scores:
             f"hypothesis {marked[0] + 1} ({hypotheses[marked[0]][:60]!r}) and {len(marked) - 1} more hold byte-level "
             "BPE markers (Ġ, Ċ): score the decoded text (cli.py predict's `output`), not tokens"
         )
-    bleu, chrf, chrf_pp = BLEU(), CHRF(), CHRF(word_order=2)
+    bleu, bleu_lc, chrf, chrf_pp = BLEU(), BLEU(lowercase=True), CHRF(), CHRF(word_order=2)
     b = bleu.corpus_score(hypotheses, [references])
+    lc = bleu_lc.corpus_score(hypotheses, [references])
     c = chrf.corpus_score(hypotheses, [references])
     cpp = chrf_pp.corpus_score(hypotheses, [references])
     return Scores(
-        b.score, str(bleu.get_signature()), str(b), c.score, str(chrf.get_signature()), cpp.score,
-        str(chrf_pp.get_signature()), len(hypotheses),
+        b.score, str(bleu.get_signature()), str(b), lc.score, str(bleu_lc.get_signature()),
+        c.score, str(chrf.get_signature()), cpp.score, str(chrf_pp.get_signature()), len(hypotheses),
     )  # fmt: skip
 
 
@@ -120,6 +123,7 @@ def report(scores: Scores, predictions: Path, references: str, settings: dict | 
         "| metric | score | sacrebleu signature |",
         "|---|---:|---|",
         f"| BLEU | {scores.bleu:.2f} | `{_cell(scores.bleu_signature)}` |",
+        f"| BLEU, lowercased | {scores.bleu_lowercase:.2f} | `{_cell(scores.bleu_lowercase_signature)}` |",
         f"| chrF | {scores.chrf:.2f} | `{_cell(scores.chrf_signature)}` |",
         f"| chrF++ | {scores.chrf_pp:.2f} | `{_cell(scores.chrf_pp_signature)}` |",
         "",
@@ -153,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
     text = report(scores, args.predictions, described, records[0].get("settings") if records else None)
     write_atomic(args.out or folder / OUTPUT, text)
     print(f"BLEU {scores.bleu:.2f}  {scores.bleu_signature}")
+    print(f"BLEU (lowercased) {scores.bleu_lowercase:.2f}  {scores.bleu_lowercase_signature}")
     print(f"  {scores.bleu_detail}")
     print(f"chrF {scores.chrf:.2f}  {scores.chrf_signature}")
     print(f"chrF++ {scores.chrf_pp:.2f}  {scores.chrf_pp_signature}")

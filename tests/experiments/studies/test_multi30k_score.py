@@ -27,8 +27,10 @@ def test_a_perturbed_hypothesis_scores_lower():
     perturbed = [REFERENCES[0].replace("orange", "blue"), REFERENCES[1], "A boy kicks a ball."]
     scores = score.score(perturbed, REFERENCES)
     assert 0 < scores.bleu < 100 and 0 < scores.chrf < 100
-    # cased: the same words in lower case are not the same tokens
-    assert score.score([r.lower() for r in REFERENCES], REFERENCES).bleu < 100
+    # cased: the same words in lower case are not the same tokens, except to the lowercased BLEU
+    lowered = score.score([r.lower() for r in REFERENCES], REFERENCES)
+    assert lowered.bleu < 100 and lowered.bleu_lowercase == pytest.approx(100.0)
+    assert "case:lc" in lowered.bleu_lowercase_signature
 
 
 def test_misaligned_or_undecoded_hypotheses_are_refused():
