@@ -10,6 +10,8 @@ over seeds (chosen on the same validation split it is reported on), with the sam
 over seeds as its error bar, at its trainable parameter count (`params_trainable`) on a log axis. Only
 `done` runs count. Writes `plots/loss_vs_trainable.png` and the same numbers as a table,
 `plots/loss_vs_trainable.md`, under the folders' common parent (`--out` to choose another place).
+The table also pairs each method with `full` by seed (both at their best learning rates): the mean
+difference, its 95% t interval and the verdict of the study's rule (`verdict`).
 """
 
 from __future__ import annotations
@@ -26,11 +28,14 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from experiments.analysis.stats import Comparison, paired_difference
 from experiments.sweep.ledger import LEDGER_NAME, Ledger
 from lit_modules.files import write_atomic
 
 LR_COLUMN = "model.optim.lr"
 TRAINABLE_COLUMN = "params_trainable"
+REFERENCE = "full"  # every method is compared with full fine-tuning
+MATCH_MARGIN = 0.02  # nats: a method whose paired CI lies below +MATCH_MARGIN matches full fine-tuning
 
 
 @dataclass(frozen=True)
@@ -44,6 +49,7 @@ class Point:
     std: float
     n: int
     others: dict[str, float]  # every learning rate tried -> its mean (the chosen one included)
+    by_seed: dict[int, float]  # seed -> value at the chosen learning rate (for paired comparisons)
 
 
 def method_of(cell: str) -> str:
@@ -67,8 +73,20 @@ def best_points(rows: list[dict[str, str]], metric: str = "val/loss") -> list[Po
         if len(trainable) != 1:
             raise ValueError(f"{method} at lr {lr}: runs differ in {TRAINABLE_COLUMN} ({sorted(trainable)})")
         std = statistics.stdev(values) if len(values) > 1 else 0.0
-        points.append(Point(method, lr, trainable.pop(), statistics.fmean(values), std, len(values), means))
+        by_seed = {int(r["seed"]): float(r[metric]) for r in by_lr[lr]}
+        points.append(Point(method, lr, trainable.pop(), statistics.fmean(values), std, len(values), means, by_seed))
     return points
+
+
+def verdict(comparison: Comparison, margin: float = MATCH_MARGIN) -> str:
+    """The study's rule on a method − full difference of a lower-is-better metric."""
+    if comparison.n < 2:
+        return "n/a"
+    if comparison.ci_high < 0:
+        return "better"
+    if comparison.ci_high < margin:
+        return "matches (worse by < margin)" if comparison.ci_low > 0 else "matches"
+    return "worse" if comparison.ci_low > 0 else "inconclusive"
 
 
 def read_rows(sweep_dir: Path) -> list[dict[str, str]]:
@@ -117,6 +135,22 @@ def table(panels: dict[str, list[Point]], metric: str, command: str) -> str:
             lines.append(
                 f"| {name} | {p.method} | {p.trainable:,} | {p.lr} | {p.mean:.4f} ± {p.std:.4f} | {p.n} | {at} |"
             )
+    lines += [
+        "",
+        f"Against `{REFERENCE}` at its best learning rate, paired by seed (mean difference, 95% t interval; "
+        f"matches: the interval below +{MATCH_MARGIN}; worse: above 0; better: below 0):",
+        "",
+        f"| sweep | method | − {REFERENCE} | 95% CI | p | verdict |",
+        "| --- | --- | ---: | --- | ---: | --- |",
+    ]
+    for name, points in panels.items():
+        reference = next((p for p in points if p.method == REFERENCE), None)
+        for p in points:
+            if reference is None or p is reference:
+                continue
+            c = paired_difference(p.by_seed, reference.by_seed)
+            interval = f"[{c.ci_low:+.4f}, {c.ci_high:+.4f}]"
+            lines.append(f"| {name} | {p.method} | {c.diff:+.4f} | {interval} | {c.p_value:.2g} | {verdict(c)} |")
     return "\n".join(lines) + "\n"
 
 

@@ -60,3 +60,17 @@ def test_a_ledger_without_trainable_counts_is_refused(tmp_path):
     (folder / "results.csv").write_text("cell,seed,status,params,val/loss\nfull,0,done,10,2.0\n")
     with pytest.raises(SystemExit, match="params_trainable"):
         trainable_plot.main([str(folder)])
+
+
+def test_each_method_is_paired_with_full_fine_tuning_by_seed(tmp_path, capsys):
+    methods = METHODS | {"adapter": (4384, {"0.003": [2.112, 2.133, 2.122]})}  # +0.012 or +0.013 in every seed
+    write_ledger(tmp_path / "peft_gpt", methods)
+    assert trainable_plot.main([str(tmp_path / "peft_gpt")]) == 0
+    rows = {
+        line.split(" | ")[1]: line for line in capsys.readouterr().out.splitlines() if line.startswith("| peft_gpt")
+    }
+    # lora_r4 at 0.003 (2.25, 2.27, 2.26) - full at 0.001 (2.10, 2.12, 2.11): +0.15 in every seed
+    assert "| +0.1500 |" in rows["lora_r4"] and rows["lora_r4"].endswith("| worse |")
+    assert rows["adapter"].endswith("| matches (worse by < margin) |")
+    comparison = trainable_plot.paired_difference({0: 1.0, 1: 1.1, 2: 0.9}, {0: 1.2, 1: 1.3, 2: 1.1})
+    assert trainable_plot.verdict(comparison) == "better"
