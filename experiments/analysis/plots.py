@@ -71,13 +71,22 @@ def learning_curves(runs_by_cell: Mapping[str, Sequence[Curve]], metric: str, pa
     return drawn
 
 
-def length_curves(loss_by_cell: Mapping[str, Mapping[int, float]], path: Path) -> bool:
-    """Validation loss against evaluation length, one line per cell (length extrapolation).
+# what an evaluation "length" of a `val/loss@N` metric is: tokens, or an image's side in pixels (ViT)
+EVALUATION_AXES = {
+    "tokens": ("evaluation length (tokens)", "Length extrapolation: final val/loss at each evaluation length"),
+    "pixels": ("evaluation image size (pixels a side)", "Resolution change: final val/loss at each image size"),
+}
+
+
+def length_curves(loss_by_cell: Mapping[str, Mapping[int, float]], path: Path, unit: str = "tokens") -> bool:
+    """Validation loss against evaluation length, one line per cell (length extrapolation), or against
+    the evaluated image size (`unit="pixels"`).
 
     Args:
         loss_by_cell: cell -> {evaluation length: mean final loss}; nan (e.g. `learned` positions
             past their table) leaves the point out.
         path: the PNG to write.
+        unit: a key of `EVALUATION_AXES`.
 
     Returns:
         Whether there was anything to plot.
@@ -93,9 +102,10 @@ def length_curves(loss_by_cell: Mapping[str, Mapping[int, float]], path: Path) -
         ax.set_xscale("log", base=2)
         lengths = sorted({length for losses in loss_by_cell.values() for length in losses})
         ax.set_xticks(lengths, [str(length) for length in lengths])
-        ax.set_xlabel("evaluation length (tokens)")
+        xlabel, title = EVALUATION_AXES[unit]
+        ax.set_xlabel(xlabel)
         ax.set_ylabel("val/loss")
-        ax.set_title("Length extrapolation: final val/loss at each evaluation length")
+        ax.set_title(title)
         ax.grid(alpha=0.3)
         ax.legend(fontsize="small")
         fig.tight_layout()

@@ -164,9 +164,15 @@ def make_plots(out_dir: Path, analysis: Analysis) -> list[tuple[str, Path]]:
     lengths = {int(m.split("@")[1]): m for m in analysis.metrics if re.fullmatch(r"val/loss@\d+", m)}
     if lengths:
         by_cell = {c.name: {L: c.summaries[m].mean for L, m in lengths.items()} for c in analysis.cells}
-        path = Path("plots") / "length_extrapolation.png"
-        if plots.length_curves(by_cell, out_dir / path):
-            figures.append(("final val/loss against evaluation length (length extrapolation; log2 axis)", path))
+        if any(re.fullmatch(r"val/acc@\d+", m) for m in analysis.metrics):  # an image classifier's sizes
+            path, caption = Path("plots") / "resolution.png", "final val/loss against evaluated image size (log2 axis)"
+            drawn = plots.length_curves(by_cell, out_dir / path, unit="pixels")
+        else:
+            path = Path("plots") / "length_extrapolation.png"
+            caption = "final val/loss against evaluation length (length extrapolation; log2 axis)"
+            drawn = plots.length_curves(by_cell, out_dir / path)
+        if drawn:
+            figures.append((caption, path))
     return figures
 
 
