@@ -1,9 +1,11 @@
 """Final validation loss against trainable parameters, one point per fine-tuning method (PEFT study).
 
     python -m experiments.studies.peft.trainable_plot \
-experiments/studies/peft/results/peft_gpt experiments/studies/peft/results/peft_bert
+experiments/studies/peft/results/peft_gpt,experiments/studies/peft/results/peft_gpt_high_lr \
+experiments/studies/peft/results/peft_bert,experiments/studies/peft/results/peft_bert_high_lr
 
-Reads each sweep folder's `results.csv` (one panel per folder, in the order given). A cell named
+Reads each sweep folder's `results.csv` (one panel per argument, in the order given; `A,B` makes one
+panel of two folders' runs, e.g. a sweep and its extension to other learning rates). A cell named
 `<method>-lr<lr>` is that method at that learning rate (the learning rate read from the ledger's
 `model.optim.lr` column); each method is shown at its learning rate with the lowest mean final metric
 over seeds (chosen on the same validation split it is reported on), with the sample standard deviation
@@ -156,15 +158,16 @@ def table(panels: dict[str, list[Point]], metric: str, command: str) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sweep_dirs", type=Path, nargs="+", help="sweep folders (one panel each)")
+    parser.add_argument("panels", nargs="+", help="sweep folders, one panel each; A,B: one panel of both")
     parser.add_argument("--metric", default="val/loss", help="the ledger column plotted (default val/loss)")
     parser.add_argument("--out", type=Path, help="the figure goes to OUT/plots/ (default: the folders' common parent)")
     args = parser.parse_args(argv)
-    panels = {d.name: best_points(read_rows(d), args.metric) for d in args.sweep_dirs}
-    out = args.out or Path(os.path.commonpath([d.resolve() for d in args.sweep_dirs]))
+    groups = [[Path(d) for d in panel.split(",")] for panel in args.panels]
+    panels = {dirs[0].name: best_points([r for d in dirs for r in read_rows(d)], args.metric) for dirs in groups}
+    out = args.out or Path(os.path.commonpath([d.resolve() for dirs in groups for d in dirs]))
     png = out / "plots" / "loss_vs_trainable.png"
     plot(panels, args.metric, png)
-    command = "python -m experiments.studies.peft.trainable_plot " + " ".join(map(str, args.sweep_dirs))
+    command = "python -m experiments.studies.peft.trainable_plot " + " ".join(args.panels)
     text = table(panels, args.metric, command)
     write_atomic(png.with_suffix(".md"), text)
     print(text + f"\nwrote {png}")

@@ -74,3 +74,13 @@ def test_each_method_is_paired_with_full_fine_tuning_by_seed(tmp_path, capsys):
     assert rows["adapter"].endswith("| matches (worse by < margin) |")
     comparison = trainable_plot.paired_difference({0: 1.0, 1: 1.1, 2: 0.9}, {0: 1.2, 1: 1.3, 2: 1.1})
     assert trainable_plot.verdict(comparison) == "better"
+
+
+def test_a_panel_joins_a_sweep_and_its_extension(tmp_path, capsys):
+    write_ledger(tmp_path / "peft_gpt", METHODS)
+    write_ledger(tmp_path / "peft_gpt_high_lr", {"lora_r4": (1536, {"0.01": [2.05, 2.07, 2.06]})})
+    assert trainable_plot.main([f"{tmp_path / 'peft_gpt'},{tmp_path / 'peft_gpt_high_lr'}"]) == 0
+    table = (tmp_path / "plots" / "loss_vs_trainable.md").read_text()
+    # one panel: lora_r4 now at its best of three learning rates, 2.06 at 0.01
+    assert "| peft_gpt | lora_r4 | 1,536 | 0.01 | 2.0600 ± 0.0100 | 3 |" in table
+    assert not any(line.startswith("| peft_gpt_high_lr") for line in table.splitlines())
