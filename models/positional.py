@@ -59,11 +59,14 @@ SINUSOIDAL_LAYOUTS: dict[SinusoidalLayout, tuple[torch.dtype, Callable[[Tensor, 
 }
 
 
-def sinusoidal_table(length: int, dim: int, layout: SinusoidalLayout = "interleaved") -> Tensor:
+def sinusoidal_table(
+    length: int, dim: int, layout: SinusoidalLayout = "interleaved", positions: Tensor | None = None
+) -> Tensor:
     """Vaswani et al. 2017: sin(p / 10000^(2i/d)) and cos(same) for i < d/2, float32 (length, dim).
-    `interleaved`: PE[p, 2i] = sin, PE[p, 2i+1] = cos; `halves`: PE[p, i] = sin, PE[p, ceil(d/2) + i] = cos."""
+    `interleaved`: PE[p, 2i] = sin, PE[p, 2i+1] = cos; `halves`: PE[p, i] = sin, PE[p, ceil(d/2) + i] = cos.
+    `positions`: the `length` values of p (fractional ones too); default 0, 1, ..., length - 1."""
     dtype, arrange = SINUSOIDAL_LAYOUTS[layout]
-    position = torch.arange(length, dtype=dtype)[:, None]
+    position = (torch.arange(length) if positions is None else positions).to(dtype)[:, None]
     inv_freq = torch.exp(torch.arange(0, dim, 2, dtype=dtype) * (-math.log(10000.0) / dim))
     table = arrange(torch.sin(position * inv_freq), torch.cos(position * inv_freq[: dim // 2]))
     return table.float()

@@ -47,7 +47,11 @@ def _even_channels(cfg: ArchConfig, multiple: int, scheme: str) -> None:
 
 class SinCos2DPositions(PositionalScheme):
     """Fixed 2-D sin-cos table (MAE, "simple ViT"): half the channels encode the row, half the
-    column; a CLS token gets the zero vector. Another grid gets its own table, computed."""
+    column; a CLS token gets the zero vector. Another grid (images of another size) gets the same
+    functions at the trained grid's coordinates of its patch centres, (i + 0.5) * grid / new - 0.5: the
+    table interpolated, as MAE interpolates its fixed `pos_embed` for a new resolution. Recomputing it
+    over 0..new-1 instead would move every position (index 3 is an edge of a 4x4 grid, the middle of a
+    6x6 one)."""
 
     facts = POSITIONAL_FACTS["sinusoidal"]
 
@@ -58,7 +62,8 @@ class SinCos2DPositions(PositionalScheme):
         self.register_buffer("table", self._table(grid), persistent=False)
 
     def _table(self, grid: int) -> Tensor:
-        axis = sinusoidal_table(grid, self.dim // 2)
+        centres = (torch.arange(grid) + 0.5) * (self.grid / grid) - 0.5  # 0, 1, ..., grid - 1 at the trained grid
+        axis = sinusoidal_table(grid, self.dim // 2, positions=centres)
         return grid_table(axis, axis, self.prefix)
 
     def embed(self, x: Tensor, offset: int = 0) -> Tensor:

@@ -234,11 +234,23 @@ def test_learned_2d_interpolates_each_axis():
     torch.testing.assert_close(table[:6, :16], rows[:1].expand(6, 16))  # the first grid row: one row vector
 
 
-def test_sincos_is_recomputed_for_the_new_grid():
+def test_sincos_at_another_grid_is_evaluated_at_the_trained_grids_coordinates():
+    """A 4x4-grid model on a 6x6 grid: the sin-cos functions at the 6x6 patch centres in 4x4-grid units, so
+    every patch keeps its place in the image (as MAE interpolates its fixed table), unlike the table of a
+    model built for 6x6, whose integer positions run past the trained ones."""
     small = _vit("sinusoidal", "cls")
-    big = ViT(ArchConfig(**TINY, pos_encoding="sinusoidal"), image_size=24, patch_size=4)
     x = torch.zeros(1, 37, 32)
-    torch.testing.assert_close(small.stack.pos.embed(x)[0], big.stack.pos.table, atol=0, rtol=0)
+    centres = torch.tensor([-1 / 6, 0.5, 7 / 6, 11 / 6, 2.5, 19 / 6])  # (i + 0.5) * 4/6 - 0.5
+    axis = sinusoidal_table(6, 16, positions=centres)
+    table = small.stack.pos.embed(x)[0]
+    torch.testing.assert_close(table[1:].reshape(6, 6, 32)[2, 4], torch.cat((axis[2], axis[4])))
+    assert table[0].abs().max() == 0  # CLS
+    big = ViT(ArchConfig(**TINY, pos_encoding="sinusoidal"), image_size=24, patch_size=4)
+    assert not torch.allclose(table, big.stack.pos.table)  # not the table of a model built for 6x6
+    torch.testing.assert_close(big.stack.pos.table[1:7, :16], sinusoidal_table(6, 16)[:1].expand(6, 16))
+    # integer positions give the rows of the plain table; the outermost 6x6 centres lie just past the 4x4 ones
+    assert (sinusoidal_table(2, 16, positions=torch.tensor([1.0, 2.0])) == sinusoidal_table(4, 16)[1:3]).all()
+    assert centres[0] < 0 < centres[1] and centres[4] < 3 < centres[5]
 
 
 @pytest.mark.parametrize("pos", ["learned", "sinusoidal", "none"])
