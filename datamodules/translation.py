@@ -5,6 +5,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property, partial
 from itertools import repeat
+from pathlib import Path
 from typing import Literal, get_args
 
 import torch
@@ -56,9 +57,11 @@ MULTI30K_SHA256 = {
 }
 
 
-def _read_lines(path: str) -> list[str]:
-    # split on "\n" only: str.splitlines would also split on U+2028 etc. and break the alignment
-    with gzip.open(path, "rt", encoding="utf-8") as f:
+def read_aligned_lines(path: str | Path) -> list[str]:
+    """A parallel corpus file's lines (`.gz` read as gzip), blank ones kept: line i pairs with line i of the
+    other side. Split on "\n" only: str.splitlines would also split on U+2028 etc. and break the alignment."""
+    opener = gzip.open if str(path).endswith(".gz") else open
+    with opener(path, "rt", encoding="utf-8") as f:
         return f.read().removesuffix("\n").split("\n")
 
 
@@ -72,7 +75,7 @@ def _load_multi30k(split: ScanSplitName, seed: int, data_dir: str | None, cache_
     }
 
     def pairs(prefix: str) -> list[Pair]:
-        de, en = _read_lines(paths[f"{prefix}.de.gz"]), _read_lines(paths[f"{prefix}.en.gz"])
+        de, en = read_aligned_lines(paths[f"{prefix}.de.gz"]), read_aligned_lines(paths[f"{prefix}.en.gz"])
         if len(de) != len(en):
             raise ValueError(f"multi30k {prefix}: {len(de)} German lines but {len(en)} English lines")
         return list(zip(de, en))

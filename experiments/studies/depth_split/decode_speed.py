@@ -32,6 +32,7 @@ from lit_modules import Translation
 from lit_modules.cli import describe_data
 from lit_modules.files import write_atomic
 from models import ArchConfig
+from models.config import IGNORE_INDEX
 
 OUTPUT = "decode_speed.md"
 
@@ -98,7 +99,7 @@ def main(argv: list[str] | None = None) -> int:
     sweep = json.loads((args.sweep_dir / "sweep.json").read_text())
     cells = [load_cell(args.sweep_dir, c["name"]) for c in sweep["cells"]]
     batches = {c.cell: source_batch(c.data, args.batch) for c in cells}
-    longest = max(int((b["tgt_out"] != -100).sum(1).max()) for b in batches.values())  # target + EOS
+    longest = max(int((b["tgt_out"] != IGNORE_INDEX).sum(1).max()) for b in batches.values())  # target + EOS
     new_tokens = args.new_tokens or longest
     jobs = {}
     for c in cells:

@@ -18,7 +18,6 @@ inputs are checked against the German test2016 lines.
 from __future__ import annotations
 
 import argparse
-import gzip
 import json
 from dataclasses import dataclass
 from pathlib import Path
@@ -26,7 +25,7 @@ from pathlib import Path
 from sacrebleu.metrics import BLEU, CHRF
 
 from datamodules.download import DEFAULT_CACHE_DIR
-from datamodules.translation import DATASETS
+from datamodules.translation import DATASETS, read_aligned_lines
 from lit_modules.files import write_atomic
 from lit_modules.predict import PREDICTIONS_FILE
 
@@ -78,13 +77,6 @@ def read_predictions(path: Path) -> list[dict]:
     with path.open(encoding="utf-8") as f:
         records = [json.loads(line) for line in f if line.strip()]
     return sorted(records, key=lambda r: r["index"])
-
-
-def read_lines(path: Path) -> list[str]:
-    """A text file's lines (`.gz` read as gzip), split on newlines only, as the DataModule reads Multi30k."""
-    opener = gzip.open if path.suffix == ".gz" else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return f.read().removesuffix("\n").split("\n")
 
 
 def test2016(data_dir: str | None, cache_dir: str) -> tuple[list[str], list[str]]:
@@ -145,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
     records = read_predictions(args.predictions)
     hypotheses = [r["output"] for r in records]
     if args.references:
-        references, described = read_lines(args.references), f"`{args.references}`"
+        references, described = read_aligned_lines(args.references), f"`{args.references}`"
     else:
         sources, references = test2016(args.data_dir, args.cache_dir)
         described = "Multi30k `test_2016_flickr.en.gz` (raw, SHA-256 checked)"
