@@ -115,7 +115,7 @@ def test_committed_results_match_their_spec(spec):
 
 def test_report_rebuilds_a_committed_study(tmp_path):
     """`cli.py report` on a committed study folder gives back its committed report, number for number."""
-    committed = ROOT / "experiments/studies/extrapolation/results/extrapolation_t5_distance"
+    committed = ROOT / "experiments/studies/vit_positional/results/vit_positional"
     copy = tmp_path / committed.name
     shutil.copytree(committed, copy)
     (copy / "report.md").unlink()
