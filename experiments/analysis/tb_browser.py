@@ -129,6 +129,19 @@ def tensorboard(logdir: Path, timeout: float = 120.0) -> Iterator[str]:
         log.close()
 
 
+def plugin_enabled(url: str, plugin: str, timeout: float = 120.0) -> None:
+    """Waits until the TensorBoard at `url` has read the data that enables `plugin` (its dashboard)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        with contextlib.suppress(OSError, ValueError):
+            with _LOCAL.open(f"{url}/data/plugins_listing", timeout=5) as response:
+                if json.loads(response.read()).get(plugin, {}).get("enabled"):
+                    return
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"TensorBoard at {url} did not enable its {plugin} dashboard in {timeout:.0f} s")
+        time.sleep(0.5)
+
+
 class Chromium:
     """Headless Chromium with one page, driven over the DevTools protocol.
 
@@ -256,6 +269,9 @@ def screenshot(sweep_dir: Path, out: Path, timeout: float = 120.0) -> list[dict]
     summary = sweep_dir / SUMMARY_DIR
     expected = series_expected(summary)
     with tensorboard(summary) as url, Chromium(width=1500, height=1500) as browser:
+        # TensorBoard lists runs while it still reads their files: a page opened before the layout is
+        # read shows Custom Scalars as inactive, and stays so until reloaded
+        plugin_enabled(url, "custom_scalars", timeout)
         # the means as they are: no smoothing (a setting in the URL), no band clipped as an outlier (a
         # setting in the page's local storage: set, then the page loaded again from a new URL)
         tab = "#custom_scalars&_smoothingWeight=0"
@@ -263,6 +279,8 @@ def screenshot(sweep_dir: Path, out: Path, timeout: float = 120.0) -> list[dict]
         browser.evaluate("localStorage.setItem('_ignoreYOutliers', 'false')")
         browser.open(f"{url}/?outliers=shown{tab}")
         charts = browser.wait_for(MARGIN_CHARTS, lambda c: charts_ready(c, expected), timeout)
+        if not charts_ready(charts, expected):
+            raise RuntimeError(f"the Custom Scalars charts of {summary} did not finish drawing in {timeout:.0f} s")
         time.sleep(2)  # the charts' transitions
         browser.screenshot(out)
     return charts
@@ -280,7 +298,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {args.dir / SUMMARY_DIR} not found (written by `cli.py report {args.dir}`)")
         return 2
     out = args.out or args.dir / "tensorboard.png"
-    charts = screenshot(args.dir, out)
+    try:
+        charts = screenshot(args.dir, out)
+    except RuntimeError as err:  # no half-drawn picture replaces a good one
+        print(f"error: {err}; no screenshot written")
+        return 1
     print(f"{len(charts)} charts: {', '.join(c['title'] for c in charts)}\nScreenshot: {out}")
     return 0
 

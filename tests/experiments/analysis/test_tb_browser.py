@@ -53,3 +53,17 @@ def test_screenshot_script(finished_sweep, tmp_path, capsys):
     data = out.read_bytes()
     assert data[:8] == b"\x89PNG\r\n\x1a\n" and struct.unpack(">II", data[16:24]) == (1500, 1500)
     assert f"{len(CHARTS)} charts" in capsys.readouterr().out
+
+
+def test_a_summary_without_its_layout_writes_no_screenshot(finished_sweep, tmp_path, monkeypatch, capsys):
+    """A `_summary` made by a report from before the Custom Scalars layout: no empty picture replaces a good one."""
+    sweep = tmp_path / "sweep"
+    (sweep / "_summary").mkdir(parents=True)
+    for run in (finished_sweep.dir / "_summary").iterdir():
+        if run.is_dir():  # the cells' curves, without the root run that holds the layout
+            (sweep / "_summary" / run.name).symlink_to(run)
+    real = tb_browser.screenshot
+    monkeypatch.setattr(tb_browser, "screenshot", lambda sweep_dir, out: real(sweep_dir, out, timeout=5))
+    out = tmp_path / "tensorboard.png"
+    assert tb_browser.main([str(sweep), "--out", str(out)]) == 1
+    assert not out.exists() and "did not enable its custom_scalars dashboard" in capsys.readouterr().out
