@@ -10,7 +10,6 @@ experiments/studies/extrapolation/results/extrapolation_long
 
 from __future__ import annotations
 
-import argparse
 import math
 import re
 from pathlib import Path
@@ -19,6 +18,7 @@ import numpy as np
 
 from experiments.analysis.events import read_scalars
 from experiments.analysis.stats import paired_difference
+from experiments.studies import table_script
 from experiments.sweep.ledger import LEDGER_NAME, Ledger
 
 LENGTH_TAG = re.compile(r"val/loss@(\d+)")
@@ -81,13 +81,7 @@ def table(sweep_dir: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sweep_dir", type=Path)
-    args = parser.parse_args(argv)
-    text = table(args.sweep_dir)
-    (args.sweep_dir / "ratio_by_step.md").write_text(text)
-    print(text)
-    return 0
+    return table_script.run(argv, __doc__, table, "ratio_by_step.md")
 
 
 if __name__ == "__main__":

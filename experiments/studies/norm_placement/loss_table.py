@@ -12,11 +12,11 @@ experiments/studies/norm_placement/results/norm_placement
 
 from __future__ import annotations
 
-import argparse
 import math
 from pathlib import Path
 
 from experiments.analysis.events import read_scalars
+from experiments.studies import table_script
 from experiments.sweep.ledger import LEDGER_NAME, Ledger
 
 PLATEAU = 3.2  # val/loss at or above this is the unigram plateau (unigram loss ≈ 3.35, trained runs < 2.8)
@@ -60,13 +60,7 @@ def table(sweep_dir: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("sweep_dir", type=Path)
-    args = parser.parse_args(argv)
-    text = table(args.sweep_dir)
-    (args.sweep_dir / "loss_table.md").write_text(text)
-    print(text)
-    return 0
+    return table_script.run(argv, __doc__, table, "loss_table.md")
 
 
 if __name__ == "__main__":

@@ -1,0 +1,19 @@
+"""The command line of a study script that turns a sweep folder into one markdown table: the table is
+written next to the ledger (so it is committed with the results it reads) and printed."""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+
+def run(argv: list[str] | None, doc: str, table: Callable[[Path], str], filename: str) -> int:
+    """Parses `sweep_dir`, writes `table(sweep_dir)` to `sweep_dir/filename` and prints it."""
+    parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("sweep_dir", type=Path)
+    args = parser.parse_args(argv)
+    text = table(args.sweep_dir)
+    (args.sweep_dir / filename).write_text(text)
+    print(text)
+    return 0
