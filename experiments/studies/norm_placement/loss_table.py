@@ -45,7 +45,9 @@ def table(sweep_dir: Path) -> str:
         curve = read_scalars(sweep_dir / row["cell"] / f"seed{row['seed']}").curves.get("val/loss", {})
         final = float(row["val/loss"]) if row.get("val/loss") else math.nan
         key = (int(layers), placement, int(warmup))
-        settings.setdefault(key, {}).setdefault(float(lr), []).append(describe(final, curve))
+        # a diverged run's last validation (its loss may still look like the plateau) is not its outcome
+        shown = f"**diverged at step {row['diverged_at_step']}**" if row["status"] == "diverged" else None
+        settings.setdefault(key, {}).setdefault(float(lr), []).append(shown or describe(final, curve))
     lines = [
         f"Final validation loss per seed ({sweep_dir.name}; `python -m experiments.studies.norm_placement.loss_table "
         f"{sweep_dir}`); stuck: val/loss ≥ {PLATEAU} (the unigram plateau) at the end, or up to the step shown.",

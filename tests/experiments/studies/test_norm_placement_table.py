@@ -21,7 +21,7 @@ RUNS = {
 
 def test_table_marks_the_plateau_and_orders_rows(tmp_path, capsys):
     with (tmp_path / "results.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, ["cell", "seed", "status", *KEYS, "val/loss", "error"])
+        writer = csv.DictWriter(f, ["cell", "seed", "status", *KEYS, "diverged_at_step", "val/loss", "error"])
         writer.writeheader()
         for (layers, placement, warmup, lr, seed), losses in RUNS.items():
             cell = f"L{layers}-{placement}-warmup{warmup}-lr{lr}"
@@ -34,12 +34,16 @@ def test_table_marks_the_plateau_and_orders_rows(tmp_path, capsys):
         writer.writerow(
             {"cell": "L6-pre-warmup0-lr0.001", "seed": 1, "status": "failed", **dict(zip(KEYS, (6, "pre", 0, 0.001)))}
         )
+        # a diverged run whose last validation sat on the plateau: its outcome is the divergence
+        diverged = dict(zip(KEYS, (6, "post", 0, 0.003)))
+        writer.writerow({"cell": "L6-post-warmup0-lr0.003", "seed": 2, "status": "diverged", **diverged,
+                         "diverged_at_step": 113, "val/loss": 3.335})  # fmt: skip
     assert loss_table.main([str(tmp_path)]) == 0
     text = (tmp_path / "loss_table.md").read_text()
     assert text in capsys.readouterr().out
     rows = [line for line in text.splitlines() if line.startswith("| 6") or line.startswith("| 2")]
     assert rows == [
-        "| 6 | post | 0 | — | **3.340 (stuck)**, **2.600 (stuck to step 200)** |",
+        "| 6 | post | 0 | — | **3.340 (stuck)**, **2.600 (stuck to step 200)**, **diverged at step 113** |",
         "| 6 | post | 200 | — | 2.200 |",
         "| 6 | pre | 0 | 2.400 | — |",  # the failed seed is left out
         "| 2 | pre | 0 | — | 2.450 |",
