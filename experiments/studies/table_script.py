@@ -7,6 +7,8 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
+import numpy as np
+
 
 def run(argv: list[str] | None, doc: str, table: Callable[[Path], str], filename: str) -> int:
     """Parses `sweep_dir`, writes `table(sweep_dir)` to `sweep_dir/filename` and prints it."""
@@ -17,3 +19,11 @@ def run(argv: list[str] | None, doc: str, table: Callable[[Path], str], filename
     (args.sweep_dir / filename).write_text(text)
     print(text)
     return 0
+
+
+def mean_std(values: list[float]) -> str:
+    """`mean ± sample std` to 3 decimals (the mean alone for one value, n/a for none)."""
+    if not values:
+        return "n/a"
+    spread = f" ± {np.std(values, ddof=1):.3f}" if len(values) > 1 else ""
+    return f"{np.mean(values):.3f}{spread}"

@@ -14,8 +14,6 @@ import math
 import re
 from pathlib import Path
 
-import numpy as np
-
 from experiments.analysis.events import read_scalars
 from experiments.analysis.stats import paired_difference
 from experiments.studies import table_script
@@ -35,13 +33,6 @@ def ratios(run_dir: Path) -> tuple[int, int, dict[int, float]]:
     short, long = curves[f"val/loss@{lengths[0]}"], curves[f"val/loss@{lengths[-1]}"]
     steps = sorted(s for s in set(short) & set(long) if math.isfinite(short[s]) and math.isfinite(long[s]))
     return lengths[0], lengths[-1], {step: long[step] / short[step] for step in steps}
-
-
-def _mean_std(values: list[float]) -> str:
-    if not values:
-        return "n/a"
-    spread = f" ± {np.std(values, ddof=1):.3f}" if len(values) > 1 else ""
-    return f"{np.mean(values):.3f}{spread}"
 
 
 def table(sweep_dir: Path) -> str:
@@ -76,7 +67,8 @@ def table(sweep_dir: Path) -> str:
         shown = "n/a"
         if change.n > 1 and math.isfinite(change.p_value):
             shown = f"{change.diff:+.3f} [{change.ci_low:+.3f}, {change.ci_high:+.3f}], p = {change.p_value:.2g}"
-        lines.append(f"| {cell} | {len(seeds)} | " + " | ".join(_mean_std(at[s]) for s in steps) + f" | {shown} |")
+        means = " | ".join(table_script.mean_std(at[s]) for s in steps)
+        lines.append(f"| {cell} | {len(seeds)} | {means} | {shown} |")
     return "\n".join(lines) + "\n"
 
 

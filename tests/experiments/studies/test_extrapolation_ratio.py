@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import csv
 import math
 
 import pytest
-from torch.utils.tensorboard import SummaryWriter
 
 from experiments.studies.extrapolation import ratio_by_step
 
@@ -21,22 +19,15 @@ RUNS = {
 }
 
 
+def _per_length(steps: dict[int, tuple[float, float]]) -> dict[str, dict[int, float]]:
+    return {"val/loss@64": {s: v[0] for s, v in steps.items()}, "val/loss@512": {s: v[1] for s, v in steps.items()}}
+
+
 @pytest.fixture
-def sweep_dir(tmp_path):
-    with (tmp_path / "results.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, ["cell", "seed", "status", "val/loss", "error"])
-        writer.writeheader()
-        for cell, seeds in RUNS.items():
-            for seed, steps in seeds.items():
-                events = SummaryWriter(tmp_path / cell / f"seed{seed}")
-                for step, (short, long) in steps.items():
-                    events.add_scalar("val/loss@64", short, step)
-                    events.add_scalar("val/loss@512", long, step)
-                events.close()
-                writer.writerow({"cell": cell, "seed": seed, "status": "done", "val/loss": steps[799][0]})
-        # a failed run's events (if any) are not read
-        writer.writerow({"cell": "pos_encoding=rope", "seed": 3, "status": "failed", "error": "boom"})
-    return tmp_path
+def sweep_dir(write_sweep):
+    runs = {cell: {seed: _per_length(steps) for seed, steps in seeds.items()} for cell, seeds in RUNS.items()}
+    # a failed run's events (if any) are not read
+    return write_sweep(runs, [{"cell": "pos_encoding=rope", "seed": 3, "status": "failed", "error": "boom"}])
 
 
 def test_ratio_per_step_and_its_paired_change(sweep_dir):
