@@ -136,3 +136,23 @@ def test_readme_links_resolve():
             if path and not re.match(r"^[a-z]+:", target) and not (readme.parent / path).exists():
                 broken.append(f"{readme.relative_to(ROOT)}: {target}")
     assert not broken, "broken links:\n" + "\n".join(broken)
+
+
+# experiments/README.md, "Verdicts": the one vocabulary every reproduction states its verdicts in
+VERDICTS = {"reproduced", "partly reproduced", "not reproduced", "inconclusive"}
+
+
+@pytest.mark.parametrize("study", STUDIES, ids=lambda p: p.name)
+def test_readme_states_a_verdict_and_what_would_change_it(study):
+    """A reproduction's README opens with its verdict(s) in the vocabulary and says what would change them;
+    a study that reproduces no claim (a benchmark such as multi30k) states a `Result:` instead."""
+    text = (study / "README.md").read_text()
+    opening = re.search(r"^(Verdict|Result): (.*)$", text, re.MULTILINE)
+    assert opening, f"{study.name}/README.md has no 'Verdict:' or 'Result:' line"
+    if opening.group(1) == "Result":
+        return
+    labels = [label.lower() for label in re.findall(r"\*\*([^*]+)\*\*", opening.group(2))]
+    assert labels, f"{study.name}: the verdict line bolds no verdict"
+    unknown = sorted(set(labels) - VERDICTS)
+    assert not unknown, f"{study.name}: verdict(s) {unknown} not in {sorted(VERDICTS)}"
+    assert "What would change this verdict" in text, f"{study.name}: no 'What would change this verdict' line"
