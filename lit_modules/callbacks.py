@@ -9,6 +9,7 @@ import math
 import os
 import platform
 import subprocess
+from collections.abc import Iterable
 from importlib import metadata
 from pathlib import Path
 
@@ -25,24 +26,36 @@ SWEEP_DIR_VAR = "SWEEP_DIR"  # set by the sweep (experiments/sweep/commands.py):
 TOKENIZER_FILE = "tokenizer.json"  # beside config.yaml: the vocabulary a run trained with
 
 
-def git_commit(root: Path = REPO, exclude: tuple[Path | str | None, ...] = ()) -> str:
-    """`HEAD`'s commit, with `-dirty` when the code differs from it (staged, unstaged or untracked files).
+def code_pathspec(root: Path, exclude: Iterable[Path | str | None] = ()) -> list[str]:
+    """The git pathspec of what counts as code: the repository but its folders named `results` (what
+    runs wrote) and the `exclude` folders inside it (folders outside it need no excluding, and git
+    refuses them; the root itself is code). Shared with `experiments.sweep.provenance`, so a run's
+    `git_commit` and its sweep's dirty check never disagree.
 
-    Not code, so not counted (the rule of `experiments.sweep.provenance`, which a test holds equal):
-    folders named `results` (what runs wrote) and the `exclude` folders inside the repository.
+    Args:
+        root: the repository.
+        exclude: folders of outputs (the run's own, its sweep's); None entries are skipped.
+    """
+    specs = [".", ":(exclude,glob)**/results/**"]
+    for folder in exclude:
+        try:
+            inside = Path(folder).resolve().relative_to(Path(root).resolve()).as_posix()
+        except (TypeError, ValueError):  # unset, or outside the repository: nothing to exclude
+            continue
+        if inside != ".":
+            specs.append(f":(exclude){inside}")
+    return specs
+
+
+def git_commit(root: Path = REPO, exclude: Iterable[Path | str | None] = ()) -> str:
+    """`HEAD`'s commit, with `-dirty` when the code (`code_pathspec`) differs from it (staged, unstaged
+    or untracked files).
 
     Args:
         root: the repository.
         exclude: folders of outputs (the run's own, its sweep's).
     """
-    specs = [".", ":(exclude,glob)**/results/**"]
-    for folder in exclude:
-        try:
-            inside = Path(folder).resolve().relative_to(root.resolve()).as_posix()
-        except (TypeError, ValueError):  # unset, or outside the repository: nothing to exclude
-            continue
-        if inside != ".":  # the repository itself holds the code too
-            specs.append(f":(exclude){inside}")
+    specs = code_pathspec(root, exclude)
     git = ["git", "--no-optional-locks"]  # no index refresh under its lock: others may be committing
     try:
         out = subprocess.run([*git, "rev-parse", "HEAD"], cwd=root, capture_output=True, text=True, timeout=10)

@@ -4,7 +4,7 @@ A sweep started from a dirty tree says so (naming the changed files), refuses to
 `require_clean: true`, and leaves in each run's folder, at every start or resume, `git.diff`: the patch
 (`git diff HEAD`: staged and unstaged changes) on top of the commit, with the untracked files listed in
 its comment lines (their contents are not kept). The run's own `run.json` records `git_commit` (`HEAD`,
-plus `-dirty` when dirty: `lit_modules.callbacks.git_commit`, same rule), which the ledger copies.
+plus `-dirty` when dirty: `lit_modules.callbacks.git_commit`, the same `code_pathspec`), which the ledger copies.
 
 What runs write is not code: changes inside any folder named `results` (the studies' sweep folders, the
 benchmark's figures) and inside the sweep's own folder do not make the tree dirty, so a study re-run into
@@ -21,10 +21,9 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from experiments.sweep.spec import ROOT
+from lit_modules.callbacks import code_pathspec
 
 PATCH_NAME = "git.diff"
-# results folders hold what runs wrote, never code (the same rule as lit_modules.callbacks.git_commit)
-OUTPUTS = ":(exclude,glob)**/results/**"
 SHOWN = 20  # changed files named in a message; the rest are counted
 
 
@@ -61,21 +60,6 @@ class GitState:
         return "\n".join(lines)
 
 
-def pathspec(repo: Path, exclude: Iterable[Path | str | None] = ()) -> list[str]:
-    """The paths that count as code: the repository but its results folders and the `exclude` folders
-    inside it (folders outside it need no excluding, and git refuses them; the root itself is code)."""
-    specs = [".", OUTPUTS]
-    root = Path(repo).resolve()
-    for folder in exclude:
-        try:
-            inside = Path(folder).resolve().relative_to(root).as_posix()
-        except (TypeError, ValueError):  # unset, or outside the repository
-            continue
-        if inside != ".":  # the repository itself holds the code too
-            specs.append(f":(exclude){inside}")
-    return specs
-
-
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
     # --no-optional-locks: `git status` would otherwise refresh the index under its lock, and fail the
     # `git add` of someone working in the same tree meanwhile
@@ -98,7 +82,7 @@ def git_state(repo: Path, exclude: Iterable[Path | str | None] = ()) -> GitState
         head = _git(repo, "rev-parse", "--verify", "HEAD")
         if head.returncode != 0:
             return None
-        status = _git(repo, "status", "--porcelain", "--untracked-files=all", "--", *pathspec(repo, exclude))
+        status = _git(repo, "status", "--porcelain", "--untracked-files=all", "--", *code_pathspec(repo, exclude))
     except (OSError, subprocess.SubprocessError):
         return None
     if status.returncode != 0:
@@ -107,8 +91,9 @@ def git_state(repo: Path, exclude: Iterable[Path | str | None] = ()) -> GitState
 
 
 def git_patch(repo: Path, exclude: Iterable[Path | str | None] = ()) -> str:
-    """`git diff HEAD --binary` of the code (see `pathspec`): what `git apply` puts back on the commit."""
-    return _git(repo, "diff", "HEAD", "--binary", "--", *pathspec(repo, exclude)).stdout
+    """`git diff HEAD --binary` of the code (`lit_modules.callbacks.code_pathspec`): what `git apply` puts
+    back on the commit."""
+    return _git(repo, "diff", "HEAD", "--binary", "--", *code_pathspec(repo, exclude)).stdout
 
 
 def record_attempt(run_dir: Path, sweep_dir: Path, action: str, repo: Path | None = None) -> GitState | None:
