@@ -8,6 +8,9 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from models.config import ConfigError
+from models.positional import PositionalScheme
+
 
 @dataclass(frozen=True)
 class OptimConfig:
@@ -20,6 +23,11 @@ class OptimConfig:
         eps: Adam epsilon.
         warmup_steps: linear warmup length; 0 starts at the peak (the Post-Norm/warmup study).
         min_lr_ratio: floor of the cosine decay as a fraction of lr.
+        positional_lr_scale: learning-rate multiplier of the positional scheme's own parameters (learned
+            position tables, T5 relative-bias tables), which are not decayed either. A learned scalar moves
+            under Adam by at most about lr per step whatever its gradient, so at a transformer's lr a T5
+            bias table gains little contrast in a short run (T5 trained it with Adafactor at lr 1e-2);
+            1 keeps one learning rate for every parameter.
         fused: fused AdamW kernel (exact; one kernel per step instead of a loop over tensors) in
             full or pure half precision; under mixed precision (`16-mixed`, `bf16-mixed`) the
             foreach implementation runs instead (see `adamw_kernel`). False: torch's default.
@@ -31,12 +39,18 @@ class OptimConfig:
     eps: float = 1e-8
     warmup_steps: int = 100
     min_lr_ratio: float = 0.1
+    positional_lr_scale: float = 1.0
     fused: bool = True
 
+    def __post_init__(self) -> None:
+        if not self.positional_lr_scale > 0:
+            raise ConfigError(f"positional_lr_scale={self.positional_lr_scale} must be positive (1: the model's lr)")
 
-def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
+
+def parameter_groups(model: nn.Module, weight_decay: float, positional_lr: float | None = None) -> list[dict]:
     """Decay only the weight matrices of Linear and Conv layers; a tied output head is the token
-    embedding, so it is not decayed."""
+    embedding, so it is not decayed. With `positional_lr`, the positional schemes' parameters form a
+    third group (no decay) at that learning rate."""
     embeddings = {id(m.weight) for m in model.modules() if isinstance(m, nn.Embedding)}
     matrices = {
         id(m.weight)
@@ -44,9 +58,14 @@ def parameter_groups(model: nn.Module, weight_decay: float) -> list[dict]:
         if isinstance(m, (nn.Linear, nn.Conv2d)) and id(m.weight) not in embeddings
     }
     params = {id(p): p for p in model.parameters() if p.requires_grad}
+    positional = set()
+    if positional_lr is not None:
+        positional = {id(p) for m in model.modules() if isinstance(m, PositionalScheme) for p in m.parameters()}
     decay = [p for i, p in params.items() if i in matrices]
-    no_decay = [p for i, p in params.items() if i not in matrices]
-    return [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    no_decay = [p for i, p in params.items() if i not in matrices and i not in positional]
+    groups = [{"params": decay, "weight_decay": weight_decay}, {"params": no_decay, "weight_decay": 0.0}]
+    own = [p for i, p in params.items() if i in positional]
+    return groups + [{"params": own, "weight_decay": 0.0, "lr": positional_lr}] if own else groups
 
 
 def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
@@ -88,8 +107,9 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, total_steps: int, precis
         total_steps: length of the schedule.
         precision: the Trainer's precision, which picks AdamW's implementation (`adamw_kernel`).
     """
+    positional_lr = cfg.lr * cfg.positional_lr_scale if cfg.positional_lr_scale != 1 else None
     optimizer = torch.optim.AdamW(
-        parameter_groups(model, cfg.weight_decay),
+        parameter_groups(model, cfg.weight_decay, positional_lr),
         lr=cfg.lr,
         betas=cfg.betas,
         eps=cfg.eps,

@@ -92,3 +92,38 @@ def test_default_precision_is_full_and_foreach_matches_fused():
             optimizer.zero_grad()
     # the same update up to float rounding: only the kernel differs
     torch.testing.assert_close(foreach_model.state_dict(), fused_model.state_dict())
+
+
+def test_positional_parameters_get_their_own_learning_rate():
+    """`positional_lr_scale` puts the positional scheme's parameters (here T5's bias table) in a third,
+    undecayed group at lr × scale, which the schedule scales like the others; 1 keeps two groups."""
+    model = GPT(ArchConfig(vocab_size=20, d_model=32, n_layers=1, n_heads=2, max_seq_len=16, pos_encoding="t5"))
+    bias = model.stack.pos.bias.weight
+    optimizer, schedule = build_optimizer(model, OptimConfig(lr=1e-3, warmup_steps=2, positional_lr_scale=20), 10)
+    *_, positional = optimizer.param_groups
+    assert [id(p) for p in positional["params"]] == [id(bias)]
+    assert positional["lr"] == pytest.approx(0.5 * 2e-2) and positional["weight_decay"] == 0.0
+    assert optimizer.param_groups[0]["lr"] == pytest.approx(0.5 * 1e-3)  # warmup step 1 of 2
+    assert sum(len(g["params"]) for g in optimizer.param_groups) == len(list(model.parameters()))
+    optimizer.step()
+    schedule.step()
+    assert positional["lr"] == pytest.approx(2e-2)
+    assert len(build_optimizer(model, OptimConfig(), 10)[0].param_groups) == 2
+
+
+def test_a_positional_step_moves_the_bias_by_the_scaled_learning_rate():
+    """Adam's first step moves every parameter with a gradient by about its group's lr: 20× for the bias."""
+    model = GPT(ArchConfig(vocab_size=20, d_model=32, n_layers=1, n_heads=2, max_seq_len=16, pos_encoding="t5"))
+    cfg = OptimConfig(lr=1e-3, warmup_steps=0, weight_decay=0.0, positional_lr_scale=20, fused=False)
+    optimizer, _ = build_optimizer(model, cfg, 10)
+    before = {n: p.detach().clone() for n, p in model.named_parameters()}
+    model(torch.randint(0, 20, (2, 16))).logsumexp(-1).mean().backward()
+    optimizer.step()
+    moved = {n: (p.detach() - before[n]).abs().max().item() for n, p in model.named_parameters()}
+    assert moved["stack.pos.bias.weight"] == pytest.approx(2e-2, rel=1e-3)
+    assert moved["stack.blocks.0.attn.qkv.weight"] == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_positional_lr_scale_must_be_positive():
+    with pytest.raises(ValueError, match="positional_lr_scale=0 must be positive"):
+        OptimConfig(positional_lr_scale=0)
