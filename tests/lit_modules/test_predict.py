@@ -36,19 +36,19 @@ FAMILIES = {
 }  # fmt: skip
 
 
-def train(family: str, folder: Path) -> Path:
-    """A 2-step run of the family's tiny config, laid out as the sweep does: folder/run/{config.yaml,
-    tokenizer.json, checkpoints/last.ckpt}."""
+def train(family: str, folder: Path, *args: str, name: str = "run") -> Path:
+    """A 2-step run of the family's tiny config (plus `args`), laid out as the sweep does: folder/name/
+    {config.yaml, tokenizer.json, checkpoints/last.ckpt}."""
     checkpoint = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                  "init_args": {"dirpath": str(folder / "run" / "checkpoints"), "save_last": True, "save_top_k": 0}}
+                  "init_args": {"dirpath": str(folder / name / "checkpoints"), "save_last": True, "save_top_k": 0}}
     cli_main([
         "fit", "-c", f"configs/{family}/base.yaml", "-c", f"configs/{family}/tiny.yaml", *FAMILIES[family], *QUIET,
         "--trainer.max_steps=2", "--trainer.val_check_interval=2", "--trainer.limit_val_batches=1",
         "--trainer.num_sanity_val_steps=0", f"--trainer.logger.init_args.save_dir={folder}",
-        "--trainer.logger.init_args.name=run", "--trainer.logger.init_args.version=",
-        "--trainer.callbacks+=" + json.dumps(checkpoint),
+        f"--trainer.logger.init_args.name={name}", "--trainer.logger.init_args.version=",
+        "--trainer.callbacks+=" + json.dumps(checkpoint), *args,
     ])  # fmt: skip
-    return folder / "run"
+    return folder / name
 
 
 def predict(run: Path, *args: str) -> list[dict]:
