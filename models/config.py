@@ -202,6 +202,16 @@ class ArchConfig:
                 f"pos_encoding='rope' needs an even rotary dim, got head_dim*rope_fraction="
                 f"{self.rotary_dim}; change d_model, n_heads or rope_fraction"
             )
+        if self.pos_encoding == "t5" and not (
+            self.t5_num_buckets >= 4 and self.t5_max_distance > self.t5_num_buckets // 2
+        ):
+            # distances below num_buckets/2 get a bucket each; the log-spaced rest needs room up to
+            # max_distance (log(max_distance / max_exact) > 0), or the buckets are garbage indices
+            raise ConfigError(
+                f"t5_num_buckets={self.t5_num_buckets}, t5_max_distance={self.t5_max_distance}: T5 needs "
+                f"t5_num_buckets >= 4 and t5_max_distance > t5_num_buckets // 2 ({self.t5_num_buckets // 2}), "
+                "e.g. T5's 32 and 128"
+            )
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout={self.dropout} must be in [0, 1)")
         if not 0.0 <= self.drop_path < 1.0:

@@ -81,6 +81,23 @@ def test_rope_with_odd_rotary_dim():
     ArchConfig(**{**TINY, "d_model": 12}, pos_encoding="alibi")
 
 
+@pytest.mark.parametrize("num_buckets, max_distance", [(32, 16), (32, 8), (2, 64)])
+def test_t5_buckets_need_room_for_their_log_range(num_buckets, max_distance):
+    with pytest.raises(ValueError, match=rf"t5_num_buckets={num_buckets}, t5_max_distance={max_distance}.*> t5_num"):
+        ArchConfig(**TINY, pos_encoding="t5", t5_num_buckets=num_buckets, t5_max_distance=max_distance)
+    ArchConfig(**TINY, pos_encoding="rope", t5_num_buckets=num_buckets, t5_max_distance=max_distance)  # unused
+
+
+def test_smallest_valid_t5_buckets_index_every_bucket():
+    """Just above the bound, every distance lands in a real bucket, saturating at the last."""
+    from models.positional import t5_relative_bucket
+
+    cfg = ArchConfig(**TINY, pos_encoding="t5", t5_num_buckets=16, t5_max_distance=9)
+    for bidirectional, span in ((False, -torch.arange(40)), (True, torch.arange(-40, 41))):
+        buckets = t5_relative_bucket(span, bidirectional, cfg.t5_num_buckets, cfg.t5_max_distance)
+        assert buckets.min() == 0 and buckets.max() == cfg.t5_num_buckets - 1
+
+
 @pytest.mark.parametrize(
     "field, value",
     [
