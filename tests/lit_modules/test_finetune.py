@@ -12,6 +12,7 @@ import torch
 from cli import cli_main
 from experiments.sweep.ledger import collect_row
 from models.peft import trainable_parameters
+from tests.datamodules.conftest import SHARED_DATA
 
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 TINY = ["--model.arch.d_model=32", "--model.arch.n_layers=1", "--model.arch.n_heads=2"]
@@ -20,7 +21,6 @@ FAST = {
     "bert": [*TINY, "--data.seq_len=16", "--data.eval_lengths=[16]", "--data.val_tokens=256"],
     "translation": [*TINY, "--trainer.limit_val_batches=1"],
 }
-SHARED_DATA = Path(__file__).resolve().parents[2].parent / "shared" / "data"  # `../shared/data`, never copied
 # family -> (pre-train overlays, fine-tune overlay): the fine-tuning tasks of configs/
 TASKS = {
     "gpt": (["configs/gpt/tiny.yaml"], "configs/gpt/finetune_shakespeare.yaml"),
