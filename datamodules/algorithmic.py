@@ -15,11 +15,11 @@ import torch
 from torch import Tensor
 from torch.utils.data import DataLoader
 
+from contract.labels import IGNORE_INDEX
 from datamodules.base import SuiteDataModule
 from datamodules.download import sha256_bytes
 from datamodules.sampling import generator
 from datamodules.tokenization import SPECIALS
-from models.config import IGNORE_INDEX
 
 AlgorithmicTaskName = Literal["copy", "reverse", "addition"]
 

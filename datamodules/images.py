@@ -16,9 +16,9 @@ from torch.utils.data import DataLoader, Dataset, Subset, default_collate
 from torchvision import datasets as tv_datasets
 from torchvision.transforms import v2
 
+from contract.errors import ConfigError
 from datamodules.base import SuiteDataModule
 from datamodules.predict import DEFAULT_INPUTS
-from models.config import ConfigError
 
 ImageDatasetName = Literal["digits", "cifar10", "mnist", "fashion_mnist"]
 

@@ -19,6 +19,7 @@ import warnings
 from pathlib import Path
 from typing import Any
 
+from contract.run_folder import CONFIG_FILE, last_checkpoint
 from experiments.analysis.report import SWEEP_INFO
 from lit_modules.cli import cli_main
 from lit_modules.predict import PREDICTIONS_FILE, short
@@ -37,7 +38,7 @@ def cell_runs(sweep_dir: Path) -> list[tuple[str, Path]]:
     for cell in cells:
         checkpoints = (sweep_dir / cell).glob("seed*/checkpoints/last.ckpt")
         runs = sorted((c.parent.parent for c in checkpoints), key=lambda r: int(re.sub(r"\D", "", r.name) or 0))
-        if runs and (runs[0] / "config.yaml").is_file():
+        if runs and (runs[0] / CONFIG_FILE).is_file():
             found.append((cell, runs[0]))
     return found
 
@@ -45,7 +46,7 @@ def cell_runs(sweep_dir: Path) -> list[tuple[str, Path]]:
 def predict_first(run: Path, prompt_file: Path | None, scratch: Path) -> dict[str, Any]:
     """`cli.py predict` on the run's last checkpoint, quietly; the first record it wrote."""
     args = [
-        "predict", "--config", str(run / "config.yaml"), "--ckpt_path", str(run / "checkpoints" / "last.ckpt"),
+        "predict", "--config", str(run / CONFIG_FILE), "--ckpt_path", str(last_checkpoint(run)),
         *QUIET,
         # the predict command saves its own config.yaml in its log folder: a scratch one, not over the run's,
         # which re-runs the training

@@ -14,15 +14,17 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from contract.run_folder import TOKENIZER_FILE
 from models import ArchConfig
 from models.config import IGNORE_INDEX, ConfigError
 from models.finetune import FreezePolicy, load_weights, read_weights, set_trainable
 from models.peft import PeftConfig, trainable_parameters
 
-from .callbacks import TOKENIZER_FILE, check_tokenizer, evaluated_run
 from .finetune import Quantize, quantize_model
 from .optim import OptimConfig, build_optimizer
 from .predict import PredictionWriter, short
+from .run_folder import evaluated_run
+from .tokenizer_check import check_tokenizer
 
 # Values logged at the end of an evaluation come from torchmetrics' compute(), which already sums
 # every process's states; Lightning cannot know that and suggests sync_dist for each of them.

@@ -18,10 +18,10 @@ import lightning.pytorch as pl
 import torch
 from lightning.pytorch.callbacks import BasePredictionWriter
 
+from contract.files import write_atomic
 from models.config import ConfigError
 
-from .callbacks import run_folder
-from .files import write_atomic
+from .run_folder import run_folder
 
 PREDICTIONS_FILE = "predictions.jsonl"
 

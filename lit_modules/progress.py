@@ -17,14 +17,14 @@ import time
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ProgressBar
 
-PROGRESS_VAR = "SUITE_PROGRESS"  # `lines` or `bar`; unset: lines unless stdout is a terminal
+from contract.run_folder import PROGRESS_BAR, PROGRESS_LINES, PROGRESS_VAR
 
 
 def wants_lines() -> bool:
     """Whether a run should print progress lines rather than draw a live bar."""
     choice = os.environ.get(PROGRESS_VAR, "").strip().lower()
-    if choice in ("lines", "bar"):
-        return choice == "lines"
+    if choice in (PROGRESS_LINES, PROGRESS_BAR):
+        return choice == PROGRESS_LINES
     return not sys.stdout.isatty()
 
 

@@ -8,6 +8,9 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Literal, get_args
 
+from contract.errors import ConfigError  # noqa: F401  (re-exported: every config check raises it)
+from contract.labels import IGNORE_INDEX  # noqa: F401  (re-exported: the models compute the loss with it)
+
 PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "t5", "none"]
 NormName = Literal["layernorm", "rmsnorm"]
 NormPlacement = Literal["pre", "post"]
@@ -17,12 +20,6 @@ BiasBackward = Literal["blockwise", "math"]
 SinusoidalLayout = Literal["interleaved", "halves"]
 
 GATED_ACTIVATIONS = ("swiglu", "geglu")
-IGNORE_INDEX = -100  # label of positions without a loss: F.cross_entropy's default ignore_index
-
-
-class ConfigError(ValueError):
-    """A value or combination in a run's configuration that cannot run. The message names the field,
-    the value and the fix; `cli.py` prints it in one line, without a traceback (`lit_modules.cli`)."""
 
 
 @dataclass(frozen=True)

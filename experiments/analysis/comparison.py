@@ -6,10 +6,11 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
+from contract.metrics import higher_is_better
+from contract.run_folder import DIVERGED, DONE, FAILED
 from experiments.analysis.stats import Comparison, Summary, paired_difference, summarize
 from experiments.sweep.ledger import Ledger, metric_sort_key
 from experiments.sweep.spec import format_value
-from lit_modules.metrics import higher_is_better
 
 PARAMS_TOLERANCE = 0.05  # warn when cells' parameter counts differ by more than this fraction
 
@@ -42,7 +43,7 @@ class CellResult:
 
     def values(self, metric: str) -> dict[int, float]:
         """seed -> value of the done runs with a finite value."""
-        out = {int(r["seed"]): _float(r.get(metric)) for r in self.rows if r["status"] == "done"}
+        out = {int(r["seed"]): _float(r.get(metric)) for r in self.rows if r["status"] == DONE}
         return {seed: v for seed, v in out.items() if math.isfinite(v)}
 
     def stat(self, column: str) -> float:
@@ -52,7 +53,7 @@ class CellResult:
 
     def runs_text(self) -> str:
         text = f"{self.count('done')}/{len(self.rows)}"
-        extra = [f"{self.count(s)} {s}" for s in ("diverged", "failed") if self.count(s)]
+        extra = [f"{self.count(s)} {s}" for s in (DIVERGED, FAILED) if self.count(s)]
         return ", ".join([text, *extra])
 
 

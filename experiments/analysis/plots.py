@@ -12,7 +12,7 @@ import matplotlib
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
-from lit_modules.files import write_atomic
+from contract.files import write_atomic
 
 Curve = Mapping[int, float]  # step -> value
 

@@ -15,6 +15,8 @@ import re
 from pathlib import Path
 from typing import Any
 
+from contract.metrics import higher_is_better
+from contract.run_folder import DONE, ENDED
 from experiments.analysis import plots
 from experiments.analysis.comparison import Analysis, CellResult, analyse
 from experiments.analysis.events import read_scalars
@@ -22,7 +24,6 @@ from experiments.analysis.stats import CONFIDENCE, EQUIVALENCE_TEST, PAIRED_TEST
 from experiments.analysis.tb_summary import write_summary
 from experiments.sweep.ledger import LEDGER_NAME, Ledger
 from experiments.sweep.spec import SUMMARY_DIR
-from lit_modules.metrics import higher_is_better
 
 SWEEP_INFO = "sweep.json"
 CSV_COLUMNS = (
@@ -153,7 +154,7 @@ def make_plots(out_dir: Path, analysis: Analysis) -> list[tuple[str, Path]]:
     figures = []
     tags = [t for t in (analysis.main, "train/loss") if t]
     done_runs = {
-        c.name: [out_dir / c.name / f"seed{r['seed']}" for r in c.rows if r["status"] == "done"] for c in analysis.cells
+        c.name: [out_dir / c.name / f"seed{r['seed']}" for r in c.rows if r["status"] == DONE] for c in analysis.cells
     }
     scalars = {cell: [read_scalars(d) for d in dirs] for cell, dirs in done_runs.items()}
     for tag in tags:
@@ -190,7 +191,7 @@ def csv_rows(analysis: Analysis, axis_values: dict[str, dict[str, Any]]) -> list
             row: dict[str, Any] = {"metric": metric, "higher_is_better": higher_is_better(metric), "cell": cell.name}
             row |= axis_values.get(cell.name, {})
             row |= {"rank": rank if metric == analysis.main else "", "best": cell.name == best, "runs": len(cell.rows)}
-            row |= {status: cell.count(status) for status in ("done", "diverged", "failed")}
+            row |= {status: cell.count(status) for status in ENDED}
             row |= {
                 "n": s.n,
                 "mean": _num(s.mean),
@@ -228,7 +229,7 @@ def header_markdown(out_dir: Path, info: dict[str, Any], ledger: Ledger, analysi
     Cells compared on different code (several commits, any run from a dirty tree, a run without a
     commit) get a warning, added to `analysis.warnings` too, so that the sweep prints it at its end.
     """
-    from experiments.sweep.ledger import read_run_json
+    from contract.run_folder import read_run_json
 
     # each run's code: the ledger's git_commit, else (ledgers older than that column) its own run.json
     code: dict[str, list[str]] = {}
@@ -264,7 +265,7 @@ def header_markdown(out_dir: Path, info: dict[str, Any], ledger: Ledger, analysi
         if warning not in analysis.warnings:
             analysis.warnings.append(warning)
     statuses = [r["status"] for r in ledger.rows.values()]
-    counts = ", ".join(f"{statuses.count(s)} {s}" for s in ("done", "diverged", "failed") if statuses.count(s))
+    counts = ", ".join(f"{statuses.count(s)} {s}" for s in ENDED if statuses.count(s))
     header = [
         f"# Sweep report: `{out_dir.name}`",
         "",

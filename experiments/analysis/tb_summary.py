@@ -40,6 +40,7 @@ from tensorboard.plugins.text import metadata as text_metadata
 from tensorboard.summary.writer.event_file_writer import EventFileWriter
 from tensorboard.util import tensor_util
 
+from contract.run_folder import DIVERGED, DONE, FAILED
 from experiments.analysis.comparison import Analysis, CellResult
 from experiments.analysis.events import RunScalars, read_hparams, read_scalars
 from experiments.analysis.plots import seed_band
@@ -52,7 +53,7 @@ COPIED = ("train/", "val/")  # the runs' scalars copied into the summary: their 
 BAND = ("mean", "min", "max")
 LENGTH_METRIC = re.compile(r"val/loss@(\d+)")
 LENGTH_TAG = "val/loss@length"
-STATUS = {"done": api_pb2.STATUS_SUCCESS, "diverged": api_pb2.STATUS_FAILURE, "failed": api_pb2.STATUS_FAILURE}
+STATUS = {DONE: api_pb2.STATUS_SUCCESS, DIVERGED: api_pb2.STATUS_FAILURE, FAILED: api_pb2.STATUS_FAILURE}
 COMPARISON = "Cells: mean over seeds against training step (band: min–max over seeds)"
 EXTRAPOLATION = "Length extrapolation: final val/loss against evaluation length (x axis: tokens, not steps)"
 
@@ -292,7 +293,7 @@ def write_summary(out_dir: Path, analysis: Analysis, markdown: str, figures: Seq
     sessions, columns, scalars = _sessions(analysis, out_dir)
     charted: set[str] = set()
     for cell in analysis.cells:
-        done = [scalars[f"{cell.name}/seed{r['seed']}"] for r in cell.rows if r["status"] == "done"]
+        done = [scalars[f"{cell.name}/seed{r['seed']}"] for r in cell.rows if r["status"] == DONE]
         with closing(_Writer(root / cell.name)) as writer:
             charted |= _write_cell(writer, analysis, cell, done)
     copied = {tag for s in scalars.values() for tag in s.curves if tag.startswith(COPIED)}

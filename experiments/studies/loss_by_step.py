@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from contract.run_folder import DONE
 from experiments.analysis.events import read_scalars
 from experiments.studies import table_script
 from experiments.sweep.ledger import LEDGER_NAME, Ledger
@@ -28,7 +29,7 @@ def table(sweep_dir: Path) -> str:
     """The markdown table of the sweep's finished runs (written to `loss_by_step.md`)."""
     per_cell: dict[str, list[dict[str, dict[int, float]]]] = {}  # cell -> one curves dict per seed
     for row in Ledger(sweep_dir / LEDGER_NAME).rows.values():
-        if row["status"] == "done":
+        if row["status"] == DONE:
             curves = read_scalars(sweep_dir / row["cell"] / f"seed{row['seed']}").curves
             per_cell.setdefault(row["cell"], []).append(curves)
     runs = [curves for seeds in per_cell.values() for curves in seeds]

@@ -38,6 +38,8 @@ import time
 from pathlib import Path
 from typing import Any
 
+from contract.files import write_atomic
+
 CLAIM_NAME = "claim.json"
 HEARTBEAT_S = 60.0
 STALE_AFTER_S = 15 * 60.0
@@ -190,9 +192,7 @@ class Claim:
     def update(self, **fields: Any) -> None:
         """Adds fields to the claim (atomically: readers see the old or the new file)."""
         self.info |= fields
-        tmp = self.path.with_name(f".{self.path.name}.{self.info['token']}.tmp")
-        tmp.write_text(json.dumps(self.info))
-        os.replace(tmp, self.path)
+        write_atomic(self.path, json.dumps(self.info))
 
     def _heartbeat(self) -> None:
         while not self._stop.wait(HEARTBEAT_S) and self.ours():  # never keep another holder's claim alive

@@ -23,18 +23,19 @@ import time
 from pathlib import Path
 from typing import Any
 
+from contract.files import write_json_atomic
+from contract.git import git_state
+from contract.run_folder import FAILED, FINISHED
 from experiments.analysis.report import SWEEP_INFO, build_report
-from experiments.sweep import provenance
 from experiments.sweep.claims import describe, read_claim
 from experiments.sweep.commands import Run, available_cores, make_runs
 from experiments.sweep.launchers import LAUNCHERS, run_local, slurm_parameters, slurm_threads, submit_slurm
-from experiments.sweep.ledger import FINISHED, LEDGER_NAME, Ledger
+from experiments.sweep.ledger import LEDGER_NAME, Ledger
 from experiments.sweep.processes import terminate_as_interrupt
 from experiments.sweep.resources import auto_jobs, threads_per_process
 from experiments.sweep.runner import plan, run_sweep
 from experiments.sweep.spec import ROOT, SUMMARY_DIR, Spec, SpecError, load_spec
 from experiments.sweep.validate import CheckedCell, check_spec
-from lit_modules.files import write_json_atomic
 
 
 def check_same_sweep(out_dir: Path, spec: Spec) -> None:
@@ -62,7 +63,7 @@ def check_tree(spec: Spec, out_dir: Path, dry_run: bool) -> None:
     Raises:
         SpecError: `require_clean` and a dirty tree, or no git repository to check.
     """
-    state = provenance.git_state(ROOT, [out_dir])
+    state = git_state(ROOT, [out_dir])
     if state is None:
         if spec.require_clean and not dry_run:
             raise SpecError(f"{spec.path} sets require_clean: true, but {ROOT} has no git commit to check (or no git)")
@@ -290,7 +291,7 @@ def main(argv: list[str]) -> int:
 
     ledger.reload()  # other sweeps sharing the folder may have recorded runs meanwhile
     rows = [ledger.get(run.cell, run.seed) for run in runs]
-    failed = sum(1 for row in rows if row and row["status"] == "failed")
+    failed = sum(1 for row in rows if row and row["status"] == FAILED)
     if args.launcher != "slurm" or any(row and row["status"] in FINISHED for row in rows):
         print(f"\n{build_report(out_dir)}\n")
         print(f"Ledger:      {_shown(out_dir / LEDGER_NAME)}")

@@ -14,17 +14,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
+from contract.run_folder import PROGRESS_LINES, PROGRESS_VAR, SWEEP_DIR_VAR, last_checkpoint
 from experiments.sweep.spec import ROOT, Spec
 
 if TYPE_CHECKING:  # validate imports Lightning: a scheduler job that only runs a Run must start fast
     from experiments.sweep.validate import CheckedCell
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # torch sets its intra-op threads from these
-# the sweep's folder, for `RunMetadata`: what runs write there is not a change of the code (`git_commit`)
-SWEEP_DIR_VAR = "SWEEP_DIR"
-# `lines`: each run prints one line per validation (`lit_modules.progress`), never a live bar, whose
-# redraws would fill its run.log even when the sweep echoes it to a terminal (not imported: no Lightning here)
-PROGRESS_VAR, PROGRESS_LINES = "SUITE_PROGRESS", "lines"
 
 
 def available_cores() -> int:
@@ -56,7 +52,7 @@ class Run:
 
     @property
     def checkpoint(self) -> Path:
-        return self.dir / "checkpoints" / "last.ckpt"
+        return last_checkpoint(self.dir)
 
     @property
     def sweep_dir(self) -> Path:
@@ -100,7 +96,7 @@ def run_args(spec: Spec, checked: CheckedCell, seed: int, run_dir: Path) -> list
     checkpoints = {
         "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
         "init_args": {
-            "dirpath": str(run_dir / "checkpoints"),
+            "dirpath": str(last_checkpoint(run_dir).parent),
             "every_n_train_steps": spec.checkpoint_every,
             "save_last": True,
             "save_top_k": 0,  # only last.ckpt: resuming needs nothing else

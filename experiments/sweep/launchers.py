@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 from typing import Any
 
+from contract.run_folder import FAILED
 from experiments.sweep.claims import describe, read_claim
 from experiments.sweep.commands import Run
 from experiments.sweep.ledger import Ledger
@@ -156,7 +157,7 @@ def _job_verdict(job: Any) -> dict[str, Any]:
         if line.startswith("{"):
             with contextlib.suppress(ValueError):
                 return json.loads(line)
-    return {"status": "failed", "note": lines[-1] if lines else type(error).__name__} if error else {}
+    return {"status": FAILED, "note": lines[-1] if lines else type(error).__name__} if error else {}
 
 
 def local_outcome(run: Run, job: Any) -> Outcome | None:
@@ -171,7 +172,7 @@ def local_outcome(run: Run, job: Any) -> Outcome | None:
     if verdict.get("status") == CLAIMED:
         return Outcome(CLAIMED, verdict.get("note", ""))
     note = verdict.get("note") or f"the job ended without an outcome; see its log in {job.paths.stdout}"
-    return Outcome("failed", note)
+    return Outcome(FAILED, note)
 
 
 def local_gpus() -> int:

@@ -13,30 +13,22 @@ import contextlib
 import csv
 import fcntl
 import io
-import json
 import math
 from collections.abc import Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
+from contract.files import write_atomic
+from contract.run_folder import read_run_json
 from experiments.sweep.spec import format_value
 
 LEDGER_NAME = "results.csv"
-FINISHED = ("done", "diverged")  # a run in either state is never run again
 HEAD = ("cell", "seed", "status")
 # params_trainable: what fine-tuning trains (PEFT, freezing); equal to params otherwise. Older ledgers lack it.
 STATS = ("steps", "diverged_at_step", "wall_time_s", "params", "params_non_embedding", "params_trainable",
          "flops_per_token")  # fmt: skip
 TAIL = ("git_commit", "error")  # git_commit: the run's code, from run.json (`-dirty`: see its git.diff)
 RUN_STATS = ("params", "params_non_embedding", "params_trainable", "flops_per_token")  # copied from run.json
-
-
-def read_run_json(run_dir: Path) -> dict[str, Any]:
-    """The run's `run.json` (written by `RunMetadata`), or {} if it is missing or half-written."""
-    try:
-        return json.loads((run_dir / "run.json").read_text())
-    except (OSError, ValueError):
-        return {}
 
 
 def metric_sort_key(name: str) -> tuple:
@@ -156,6 +148,4 @@ class Ledger:
         writer = csv.DictWriter(text, fieldnames=self.columns(), restval="")
         writer.writeheader()
         writer.writerows(self.rows.values())
-        from lit_modules.files import write_atomic  # lit_modules imports Lightning: not at import time (jobs)
-
         write_atomic(self.path, text.getvalue())  # a killed sweep leaves the old or the new file, whole

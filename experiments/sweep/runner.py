@@ -23,9 +23,11 @@ import zipfile
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from contract.files import write_json_atomic
+from contract.run_folder import FAILED, FINISHED, RUN_LOG, read_run_json
 from experiments.sweep.claims import CLAIM_NAME, Claimed, acquire
 from experiments.sweep.commands import Run
-from experiments.sweep.ledger import FINISHED, Ledger, collect_row, read_run_json
+from experiments.sweep.ledger import Ledger, collect_row
 from experiments.sweep.processes import Processes, tee
 from experiments.sweep.provenance import record_attempt
 from experiments.sweep.warm import Warm
@@ -35,7 +37,7 @@ OUTCOME_NAME = "outcome.json"  # a failed attempt of a scheduler job (the pool r
 SUBMITTED_NAME = "submitted.json"  # the SLURM job a run was submitted to, while it waits in the queue
 CLAIMED = "claimed"  # not a ledger status: another process runs the run
 RECORDED = "recorded"  # not a ledger status: another sweep ran and recorded the run meanwhile
-KEPT_ON_START = ("run.log", CLAIM_NAME)  # a fresh start clears the rest of the run's folder
+KEPT_ON_START = (RUN_LOG, CLAIM_NAME)  # a fresh start clears the rest of the run's folder
 
 
 @dataclass(frozen=True)
@@ -67,9 +69,7 @@ def finished_outcome(run: Run) -> Outcome | None:
 
 def write_outcome(run: Run, result: Outcome) -> None:
     """Leaves a failed attempt's outcome in its folder for the sweep that records it (atomically)."""
-    tmp = run.dir / f".{OUTCOME_NAME}.{os.getpid()}.tmp"
-    tmp.write_text(json.dumps({"status": result.status, "error": result.error}))
-    os.replace(tmp, run.dir / OUTCOME_NAME)
+    write_json_atomic(run.dir / OUTCOME_NAME, {"status": result.status, "error": result.error})
 
 
 def plan(run: Run, ledger: Ledger, retry_failed: bool) -> Action:
@@ -112,10 +112,10 @@ def run_outcome(run: Run, returncode: int, output: str) -> Outcome:
     if status in FINISHED:
         return Outcome(status)
     if returncode < 0:
-        return Outcome("failed", f"killed by signal {signal.Signals(-returncode).name}")
+        return Outcome(FAILED, f"killed by signal {signal.Signals(-returncode).name}")
     if returncode == 0:
-        return Outcome("failed", f"the run exited without finishing (run.json status: {status or 'missing'})")
-    return Outcome("failed", error_line(output) or f"exit status {returncode}")
+        return Outcome(FAILED, f"the run exited without finishing (run.json status: {status or 'missing'})")
+    return Outcome(FAILED, error_line(output) or f"exit status {returncode}")
 
 
 def prepare(run: Run, action: Action) -> None:
@@ -137,7 +137,7 @@ def prepare(run: Run, action: Action) -> None:
     record_attempt(run.dir, run.sweep_dir, action)
 
 
-def attempt(run: Run, action: Action, echo: bool, procs: Processes, log_name: str = "run.log") -> Outcome:
+def attempt(run: Run, action: Action, echo: bool, procs: Processes, log_name: str = RUN_LOG) -> Outcome:
     """Runs (or resumes) a prepared run to its end, its output appended to `log_name` in its folder.
 
     Args:
@@ -242,7 +242,7 @@ class Books:
         they ran elsewhere: another sweep, a scheduler job)."""
         for run, action in actions.items():
             if action == "collect":
-                self.record(run, finished_outcome(run) or Outcome("failed", "the outcome vanished"))
+                self.record(run, finished_outcome(run) or Outcome(FAILED, "the outcome vanished"))
 
 
 def run_claimed(

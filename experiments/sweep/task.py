@@ -27,9 +27,9 @@ import signal
 import sys
 import time
 
+from contract.run_folder import FINISHED
 from experiments.sweep.claims import Claimed, acquire, read_claim
 from experiments.sweep.commands import Run
-from experiments.sweep.ledger import FINISHED
 from experiments.sweep.processes import Processes, terminate_as_interrupt
 from experiments.sweep.runner import CLAIMED, attempt, checkpoint_ok, finished_outcome, prepare, write_outcome
 

@@ -10,11 +10,11 @@ import torch
 import torch.nn.functional as F
 from lightning.pytorch.callbacks import EMAWeightAveraging
 
+from contract.metrics import higher_is_better
 from datamodules.images import ImageDataModule
 from lit_modules import ImageClassifier
 from lit_modules.cli import describe_data
 from lit_modules.image_classifier import MixConfig
-from lit_modules.metrics import higher_is_better
 from models import ArchConfig
 from models.config import ConfigError
 

@@ -17,10 +17,10 @@ import yaml
 from PIL import Image
 
 from cli import cli_main
+from contract.run_folder import TOKENIZER_FILE
 from datamodules.text import TextDataModule
 from datamodules.tokenization import load_tokenizer
 from lit_modules import CausalLM, ImageClassifier, MaskedLM, Translation
-from lit_modules.callbacks import TOKENIZER_FILE
 from lit_modules.predict import PREDICTIONS_FILE, Generation
 from models.config import ConfigError
 

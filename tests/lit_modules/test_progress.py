@@ -10,10 +10,11 @@ import pytest
 import yaml
 from lightning.pytorch.callbacks import ProgressBar
 
+from contract.run_folder import PROGRESS_VAR
 from experiments.sweep import commands
 from lit_modules import progress
 from lit_modules.cli import cli_main
-from lit_modules.progress import PROGRESS_VAR, LineProgress, wants_lines
+from lit_modules.progress import LineProgress, wants_lines
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 TINY = [

@@ -24,13 +24,14 @@ from pathlib import Path
 import torch
 import yaml
 
+from contract.files import write_atomic
+from contract.run_folder import CONFIG_FILE, last_checkpoint
 from datamodules.translation import TranslationDataModule
 from experiments.bench.decoding import DecodeJob, time_decoding
 from experiments.bench.tables import Table
 from experiments.bench.timing import Rate, machine_info, ratio_range
 from lit_modules import Translation
 from lit_modules.cli import describe_data
-from lit_modules.files import write_atomic
 from models import ArchConfig
 from models.config import IGNORE_INDEX
 
@@ -54,7 +55,7 @@ def rate_text(rate: Rate) -> str:
 
 def run_dirs(cell_dir: Path) -> list[Path]:
     """The cell's run folders with a `config.yaml`, lowest seed first."""
-    runs = [p for p in cell_dir.glob("seed*") if (p / "config.yaml").is_file()]
+    runs = [p for p in cell_dir.glob("seed*") if (p / CONFIG_FILE).is_file()]
     return sorted(runs, key=lambda p: int(p.name.removeprefix("seed")))
 
 
@@ -62,12 +63,12 @@ def load_cell(sweep_dir: Path, cell: str) -> CellModel:
     runs = run_dirs(sweep_dir / cell)
     if not runs:
         raise FileNotFoundError(f"{sweep_dir / cell}: no run folder with a config.yaml; run the sweep first")
-    trained = [run for run in runs if (run / "checkpoints" / "last.ckpt").is_file()]
+    trained = [run for run in runs if last_checkpoint(run).is_file()]
     run = (trained or runs)[0]
-    config = yaml.safe_load((run / "config.yaml").read_text())
+    config = yaml.safe_load((run / CONFIG_FILE).read_text())
     data = TranslationDataModule(**config["data"]["init_args"])
     if trained:
-        translation = Translation.load_from_checkpoint(run / "checkpoints" / "last.ckpt", map_location="cpu")
+        translation = Translation.load_from_checkpoint(last_checkpoint(run), map_location="cpu")
     else:
         torch.manual_seed(0)
         arch = ArchConfig(**config["model"]["init_args"]["arch"])

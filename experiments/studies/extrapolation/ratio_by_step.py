@@ -14,6 +14,7 @@ import math
 import re
 from pathlib import Path
 
+from contract.run_folder import DONE
 from experiments.analysis.events import read_scalars
 from experiments.analysis.stats import paired_difference
 from experiments.studies import table_script
@@ -37,7 +38,7 @@ def ratios(run_dir: Path) -> tuple[int, int, dict[int, float]]:
 
 def table(sweep_dir: Path) -> str:
     """The markdown table of the sweep's finished runs (written to `ratio_by_step.md`)."""
-    rows = [r for r in Ledger(sweep_dir / LEDGER_NAME).rows.values() if r["status"] == "done"]
+    rows = [r for r in Ledger(sweep_dir / LEDGER_NAME).rows.values() if r["status"] == DONE]
     per_cell: dict[str, dict[int, dict[int, float]]] = {}  # cell -> seed -> step -> ratio
     lengths = (0, 0)
     for row in rows:

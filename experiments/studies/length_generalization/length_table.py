@@ -10,12 +10,13 @@ import re
 import statistics
 from pathlib import Path
 
+from contract.run_folder import DONE
 from experiments.studies import table_script
 from experiments.sweep.ledger import LEDGER_NAME, Ledger
 
 
 def table(sweep_dir: Path) -> str:
-    rows = [r for r in Ledger(sweep_dir / LEDGER_NAME).rows.values() if r["status"] == "done"]
+    rows = [r for r in Ledger(sweep_dir / LEDGER_NAME).rows.values() if r["status"] == DONE]
     lengths = sorted({int(m.group(1)) for k in rows[0] for m in [re.fullmatch(r"val/exact_match@(\d+)", k)] if m})
     cells = list(dict.fromkeys(r["cell"] for r in rows))
 

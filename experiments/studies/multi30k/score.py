@@ -24,9 +24,9 @@ from pathlib import Path
 
 from sacrebleu.metrics import BLEU, CHRF
 
+from contract.files import write_atomic
 from datamodules.download import DEFAULT_CACHE_DIR
 from datamodules.translation import DATASETS, read_aligned_lines
-from lit_modules.files import write_atomic
 from lit_modules.predict import PREDICTIONS_FILE
 
 OUTPUT = "bleu.md"

@@ -15,6 +15,7 @@ from __future__ import annotations
 import math
 from pathlib import Path
 
+from contract.run_folder import DIVERGED, FINISHED
 from experiments.analysis.events import read_scalars
 from experiments.studies import table_script
 from experiments.sweep.ledger import LEDGER_NAME, Ledger
@@ -37,7 +38,7 @@ def describe(final: float, curve: dict[int, float]) -> str:
 
 
 def table(sweep_dir: Path) -> str:
-    rows = [r for r in Ledger(sweep_dir / LEDGER_NAME).rows.values() if r["status"] in ("done", "diverged")]
+    rows = [r for r in Ledger(sweep_dir / LEDGER_NAME).rows.values() if r["status"] in FINISHED]
     lrs = sorted({float(r["model.optim.lr"]) for r in rows})
     settings: dict[tuple[int, str, int], dict[float, list[str]]] = {}
     for row in sorted(rows, key=lambda r: int(r["seed"])):
@@ -46,7 +47,7 @@ def table(sweep_dir: Path) -> str:
         final = float(row["val/loss"]) if row.get("val/loss") else math.nan
         key = (int(layers), placement, int(warmup))
         # a diverged run's last validation (its loss may still look like the plateau) is not its outcome
-        shown = f"**diverged at step {row['diverged_at_step']}**" if row["status"] == "diverged" else None
+        shown = f"**diverged at step {row['diverged_at_step']}**" if row["status"] == DIVERGED else None
         settings.setdefault(key, {}).setdefault(float(lr), []).append(shown or describe(final, curve))
     lines = [
         f"Final validation loss per seed ({sweep_dir.name}; `python -m experiments.studies.norm_placement.loss_table "

@@ -27,12 +27,14 @@ from pathlib import Path
 
 import matplotlib
 
+from contract.run_folder import DONE
+
 matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
+from contract.files import write_atomic
 from experiments.analysis.stats import Comparison, paired_difference
 from experiments.sweep.ledger import LEDGER_NAME, Ledger
-from lit_modules.files import write_atomic
 
 LR_COLUMN = "model.optim.lr"
 TRAINABLE_COLUMN = "params_trainable"
@@ -64,7 +66,7 @@ def best_points(rows: list[dict[str, str]], metric: str = "val/loss") -> list[Po
     """Each method at its best learning rate (lowest mean `metric`), in the order methods first appear."""
     runs: dict[str, dict[str, list[dict[str, str]]]] = {}
     for row in rows:
-        if row.get("status") == "done" and row.get(metric):
+        if row.get("status") == DONE and row.get(metric):
             runs.setdefault(method_of(row["cell"]), {}).setdefault(row.get(LR_COLUMN, ""), []).append(row)
     points = []
     for method, by_lr in runs.items():

@@ -15,6 +15,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from contract.run_folder import CONFIG_FILE, last_checkpoint
 from datamodules.translation import TranslationDataModule
 from lit_modules import Translation
 from lit_modules.translation import until_eos
@@ -35,9 +36,9 @@ def eos_outcome(hypothesis: list[int], reference: list[int]) -> str:
 
 @torch.no_grad()
 def diagnose(run_dir: Path) -> Counter:
-    config = yaml.safe_load((run_dir / "config.yaml").read_text())
+    config = yaml.safe_load((run_dir / CONFIG_FILE).read_text())
     data = TranslationDataModule(**config["data"]["init_args"])
-    model = Translation.load_from_checkpoint(run_dir / "checkpoints" / "last.ckpt", map_location="cpu").eval()
+    model = Translation.load_from_checkpoint(last_checkpoint(run_dir), map_location="cpu").eval()
     counts: Counter = Counter()
     for batch in data.val_dataloader():
         max_len = batch["tgt_out"].shape[1] + model.max_decode_extra

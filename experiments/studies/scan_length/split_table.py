@@ -11,6 +11,7 @@ import re
 import statistics
 from pathlib import Path
 
+from contract.run_folder import DONE
 from experiments.studies import table_script
 from experiments.studies.scan_length.scan_eos import OUTCOMES
 from experiments.sweep.ledger import LEDGER_NAME, Ledger
@@ -20,7 +21,7 @@ EOS_ROW = re.compile(r"^\| split=(\w+),pos_encoding=(\w+) \| (\d+) \| (.+) \|$")
 
 
 def exact_match_table(sweep_dir: Path) -> list[str]:
-    rows = [r for r in Ledger(sweep_dir / LEDGER_NAME).rows.values() if r["status"] == "done"]
+    rows = [r for r in Ledger(sweep_dir / LEDGER_NAME).rows.values() if r["status"] == DONE]
     schemes = list(dict.fromkeys(r["model.arch.pos_encoding"] for r in rows))
 
     def values(scheme: str, split: str, key: str) -> list[float]:

@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 import yaml
 
+from contract.run_folder import CONFIG_FILE
 from datamodules.scan import all_pairs
 from experiments.studies import table_script
 from lit_modules import Translation
@@ -59,7 +60,7 @@ def table(sweep_dir: Path) -> str:
     for ckpt in sorted(sweep_dir.glob(pattern)):
         run_dir = ckpt.parents[1]
         trained = Translation.load_from_checkpoint(ckpt, map_location="cpu")
-        torch.manual_seed(yaml.safe_load((run_dir / "config.yaml").read_text())["seed_everything"])
+        torch.manual_seed(yaml.safe_load((run_dir / CONFIG_FILE).read_text())["seed_everything"])
         initial = Translation(trained.arch, trained.optim, trained.data_info)  # a fresh init, the run's seed
         after, before = stack_spreads(trained.model, distances), stack_spreads(initial.model, distances)
         cells = [

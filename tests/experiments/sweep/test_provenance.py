@@ -9,14 +9,15 @@ from pathlib import Path
 
 import pytest
 
+from contract.git import GitState, git_commit, git_state
+from contract.run_folder import PATCH_NAME, SWEEP_DIR_VAR
 from experiments.sweep import command as sweep
 from experiments.sweep import provenance
-from experiments.sweep.commands import SWEEP_DIR_VAR, Run
+from experiments.sweep.commands import Run
 from experiments.sweep.ledger import TAIL, Ledger, collect_row
-from experiments.sweep.provenance import PATCH_NAME, GitState, git_state, record_attempt
+from experiments.sweep.provenance import record_attempt
 from experiments.sweep.runner import prepare
 from experiments.sweep.spec import SpecError, load_spec
-from lit_modules.callbacks import git_commit
 
 DIRTY = GitState("0123456789abcdef0123456789abcdef01234567", (" M models/attention.py", "?? scratch.py"))
 
@@ -120,7 +121,7 @@ def test_record_attempt_keeps_a_patch_that_applies(repo, tmp_path):
 
 def test_prepare_records_each_attempt(repo, monkeypatch):
     """The runner's `prepare` (pool and scheduler jobs alike) leaves the patch; a fresh start clears old ones."""
-    monkeypatch.setattr(provenance, "ROOT", repo)
+    monkeypatch.setattr(provenance, "REPO", repo)
     run = Run("a", 0, repo / "sweeps" / "mine" / "a" / "seed0", (), 1)
     assert run.env()[SWEEP_DIR_VAR] == str(repo / "sweeps" / "mine")  # what RunMetadata excludes
     dirty_up(repo)
@@ -163,7 +164,7 @@ def dirty_tree(monkeypatch):
         seen.append((repo, list(exclude)))
         return DIRTY
 
-    monkeypatch.setattr(provenance, "git_state", fake)
+    monkeypatch.setattr(sweep, "git_state", fake)
     return seen
 
 

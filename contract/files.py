@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -12,7 +13,7 @@ from typing import Any
 def write_atomic(path: Path, content: str | bytes) -> None:
     """Writes `content` (text or bytes) to a hidden temporary file beside `path`, then renames it over
     `path` (`os.replace` is atomic within one filesystem)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
+    tmp = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")  # unique per writer
     if isinstance(content, bytes):
         tmp.write_bytes(content)
     else:

@@ -33,7 +33,7 @@ def metric_base_name(tag: str) -> str:
     matches = [key for key in METRIC_DIRECTIONS if name == key or name.startswith(key + "_")]
     if not matches:
         raise KeyError(
-            f"metric {tag!r} has no declared direction; add its name to lit_modules.metrics.METRIC_DIRECTIONS"
+            f"metric {tag!r} has no declared direction; add its name to contract.metrics.METRIC_DIRECTIONS"
         )
     return max(matches, key=len)
 

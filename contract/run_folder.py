@@ -1,0 +1,50 @@
+"""A run's folder and what passes between a sweep and its runs: the names both sides write and read.
+
+    <run>/config.yaml            the resolved config (Lightning's SaveConfigCallback)
+    <run>/run.json               `RunMetadata`: commit, versions, data checksum, counts, status
+    <run>/tokenizer.json         the vocabulary the run trained with
+    <run>/checkpoints/last.ckpt  the resumption point (ModelCheckpoint's `save_last`)
+    <run>/run.log                the run's output, when a sweep ran it
+    <run>/git.diff               the uncommitted code of a run started from a dirty tree
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any, Literal, get_args
+
+RUN_JSON = "run.json"
+CONFIG_FILE = "config.yaml"
+TOKENIZER_FILE = "tokenizer.json"
+CHECKPOINTS_DIR = "checkpoints"
+LAST_CHECKPOINT = "last.ckpt"
+RUN_LOG = "run.log"
+PATCH_NAME = "git.diff"
+
+# `running` while it trains; a run ends `done`, `diverged` (`DivergenceGuard`: a result, not a crash) or
+# `failed` (the sweep's verdict on a run that crashed: never written by the run itself)
+RunStatus = Literal["running", "done", "diverged", "failed"]
+RUNNING, DONE, DIVERGED, FAILED = get_args(RunStatus)
+FINISHED: tuple[RunStatus, ...] = (DONE, DIVERGED)  # a run in either state is never run again
+ENDED: tuple[RunStatus, ...] = (DONE, DIVERGED, FAILED)  # the statuses a ledger row can hold
+
+# the sweep's folder: what runs write there is not a change of the code (`contract.git`)
+SWEEP_DIR_VAR = "SWEEP_DIR"
+# how a run shows progress: `lines` (one line per validation; what a sweep sets, so a run.log holds no bar
+# redraws) or `bar`; unset: lines unless stdout is a terminal (`lit_modules.progress`)
+PROGRESS_VAR = "SUITE_PROGRESS"
+PROGRESS_LINES, PROGRESS_BAR = "lines", "bar"
+
+
+def last_checkpoint(run_dir: Path) -> Path:
+    """Where a run keeps its resumption point."""
+    return Path(run_dir) / CHECKPOINTS_DIR / LAST_CHECKPOINT
+
+
+def read_run_json(run_dir: Path) -> dict[str, Any]:
+    """The run's `run.json`, or {} if it is missing or half-written."""
+    try:
+        return json.loads((Path(run_dir) / RUN_JSON).read_text())
+    except (OSError, ValueError):
+        return {}
