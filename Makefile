@@ -19,10 +19,10 @@ demo: .venv/.installed
 	$(PY) cli.py samples runs/demo
 
 test: .venv/.installed-test
-	$(PY) -m pytest -q -m "not slow"
+	$(PY) -m pytest -q -m "not slow" --durations=15
 
 test-all: .venv/.installed-test
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q --durations=15
 
 bench: .venv/.installed-test
 	$(PY) cli.py bench

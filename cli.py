@@ -18,11 +18,11 @@ import sys
 from lit_modules.cli import cli_main
 
 TOOLS = {
-    "sweep": "experiments.sweep.command",
-    "report": "experiments.analysis.report",
+    "sweep": "tools.sweep",
+    "report": "tools.report",
     "bench": "experiments.bench",
     "export": "lit_modules.export",
-    "samples": "experiments.samples",
+    "samples": "tools.samples",
 }
 
 

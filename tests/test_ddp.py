@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from experiments.analysis.events import read_scalars
+from experiments.records.events import read_scalars
 
 ROOT = Path(__file__).resolve().parents[1]
 STEPS = 24

@@ -9,8 +9,8 @@ from typing import Any
 from contract.metrics import higher_is_better
 from contract.run_folder import DIVERGED, DONE, FAILED
 from experiments.analysis.stats import Comparison, Summary, paired_difference, summarize
-from experiments.sweep.ledger import Ledger, metric_sort_key
-from experiments.sweep.spec import format_value
+from experiments.records.ledger import Ledger, metric_sort_key
+from experiments.records.values import format_value
 
 PARAMS_TOLERANCE = 0.05  # warn when cells' parameter counts differ by more than this fraction
 

@@ -42,10 +42,11 @@ from tensorboard.util import tensor_util
 
 from contract.run_folder import DIVERGED, DONE, FAILED
 from experiments.analysis.comparison import Analysis, CellResult
-from experiments.analysis.events import RunScalars, read_hparams, read_scalars
 from experiments.analysis.plots import seed_band
-from experiments.sweep.ledger import metric_sort_key
-from experiments.sweep.spec import SUMMARY_DIR, format_value
+from experiments.records.events import RunScalars, read_hparams, read_scalars
+from experiments.records.layout import SUMMARY_DIR
+from experiments.records.ledger import metric_sort_key
+from experiments.records.values import format_value
 
 # the cells' aggregate tags, apart from the runs' own; first in Time Series, which opens its first two groups
 PREFIX = "across_seeds/"

@@ -54,8 +54,8 @@ def children_cpu_s() -> float:
 def timed_run(spec, checked, out: Path, procs) -> tuple[float, float, float]:
     """(wall time, training time, CPU time) in seconds of the spec's one run, started afresh in the sweep
     folder `out`. CPU time: user + system of the run's process (and the processes it waited for)."""
-    from experiments.analysis.events import read_scalars
-    from experiments.sweep.commands import make_runs
+    from experiments.records.events import read_scalars
+    from experiments.sweep.expand import make_runs
     from experiments.sweep.runner import attempt, prepare
 
     (run,) = make_runs(spec, checked, out, {name: 1 for name in checked})

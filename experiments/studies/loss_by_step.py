@@ -13,9 +13,10 @@ import math
 from pathlib import Path
 
 from contract.run_folder import DONE
-from experiments.analysis.events import read_scalars
+from experiments.records.events import read_scalars
+from experiments.records.layout import LEDGER_NAME
+from experiments.records.ledger import Ledger
 from experiments.studies import table_script
-from experiments.sweep.ledger import LEDGER_NAME, Ledger
 
 CURVE = "val/loss"
 

@@ -105,7 +105,7 @@ def tee(argv: list[str], env: dict[str, str], log: BinaryIO, echo: bool, procs: 
     `echo`, to our stdout.
 
     On a terminal the run gets a pseudo-terminal (colours, line buffering); its progress is still one
-    line per validation (`SUITE_PROGRESS=lines`, set by `experiments.sweep.commands`), since the
+    line per validation (`SUITE_PROGRESS=lines`, set by `experiments.sweep.runs`), since the
     same bytes go to `run.log`.
 
     Returns:

@@ -10,12 +10,14 @@ changes inside `results` folders and the sweep's own folder (outputs) never make
 
 from __future__ import annotations
 
+import sys
 import time
 from pathlib import Path
 
 from contract.files import write_atomic
 from contract.git import REPO, GitState, git_patch, git_state
 from contract.run_folder import PATCH_NAME
+from experiments.sweep.spec import Spec, SpecError
 
 
 def record_attempt(run_dir: Path, sweep_dir: Path, action: str, repo: Path | None = None) -> GitState | None:
@@ -50,3 +52,37 @@ def record_attempt(run_dir: Path, sweep_dir: Path, action: str, repo: Path | Non
         head += [f"#   {path}" for path in state.untracked]
     write_atomic(patch, "\n".join(head) + "\n\n" + git_patch(repo, [sweep_dir]))
     return state
+
+
+def check_tree(spec: Spec, out_dir: Path, dry_run: bool) -> None:
+    """Says at start which uncommitted changes the runs will carry (each run keeps their patch in its
+    `git.diff`; the ledger's `git_commit` ends in `-dirty`), and refuses them when the spec sets
+    `require_clean: true` (a dry run runs nothing: it only says so).
+
+    Raises:
+        SpecError: `require_clean` and a dirty tree, or no git repository to check.
+    """
+    state = git_state(REPO, [out_dir])
+    if state is None:
+        if spec.require_clean and not dry_run:
+            raise SpecError(f"{spec.path} sets require_clean: true, but {REPO} has no git commit to check (or no git)")
+        print(f"warning: {REPO} is not a git repository with a commit: the runs record no commit", file=sys.stderr)
+        return
+    if not state.dirty:
+        return
+    files = (
+        f"has {len(state.changes)} uncommitted change(s) (git status --porcelain; changes in results folders "
+        f"and in the sweep's folder are outputs, not counted):\n{state.describe()}"
+    )
+    if spec.require_clean and not dry_run:
+        raise SpecError(
+            f"{spec.path} sets require_clean: true, but the git tree at {REPO} {files}\n"
+            "Commit them (git add ... && git commit), then run the sweep again: its runs will record a clean commit."
+        )
+    refused = "\na real run of this spec refuses to start (require_clean: true)" if spec.require_clean else ""
+    print(
+        f"warning: the git tree at {REPO} {files}\nthe runs will carry them: each run's folder keeps the patch "
+        f"(git.diff), results.csv records git_commit {state.label}; commit them for runs that the "
+        f"commit alone reproduces (a spec's require_clean: true enforces it){refused}",
+        file=sys.stderr,
+    )

@@ -10,27 +10,23 @@ and left unrecorded (that process's sweep records it).
 
 from __future__ import annotations
 
-import concurrent.futures as cf
 import json
 import os
 import re
 import shutil
 import signal
-import sys
-import threading
 import time
 import zipfile
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Literal
 
 from contract.files import write_json_atomic
 from contract.run_folder import FAILED, FINISHED, RUN_LOG, read_run_json
-from experiments.sweep.claims import CLAIM_NAME, Claimed, acquire
-from experiments.sweep.commands import Run
-from experiments.sweep.ledger import Ledger, collect_row
+from experiments.records.ledger import Ledger
+from experiments.sweep.claims import CLAIM_NAME
 from experiments.sweep.processes import Processes, tee
 from experiments.sweep.provenance import record_attempt
-from experiments.sweep.warm import Warm
+from experiments.sweep.runs import Run
 
 Action = Literal["skip", "collect", "resume", "start"]
 OUTCOME_NAME = "outcome.json"  # a failed attempt of a scheduler job (the pool records its outcomes itself)
@@ -159,170 +155,3 @@ def execute(run: Run, action: Action, echo: bool, procs: Processes) -> Outcome:
     """Prepares and runs (or resumes) one run to its end; see `prepare` and `attempt`."""
     prepare(run, action)
     return attempt(run, action, echo, procs)
-
-
-def _clock(seconds: float) -> str:
-    minutes, secs = divmod(round(seconds), 60)
-    hours, minutes = divmod(minutes, 60)
-    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
-
-
-class Progress:
-    """Sweep-level progress on stderr: runs finished / total, the run starting, elapsed, ETA.
-
-    Args:
-        total: runs in the sweep.
-        finished: runs already finished before this invocation.
-        jobs: runs at a time (for the ETA).
-    """
-
-    def __init__(self, total: int, finished: int, jobs: int):
-        self.total, self.finished, self.jobs = total, finished, jobs
-        self.start = time.monotonic()
-        self.durations: list[float] = []
-        self._lock = threading.Lock()
-
-    def _eta(self) -> str:
-        if not self.durations:
-            return "ETA after the first run"
-        left = self.total - self.finished
-        return f"ETA {_clock(sum(self.durations) / len(self.durations) * left / self.jobs)}"
-
-    def say(self, text: str) -> None:
-        print(f"[sweep {self.finished}/{self.total}] {text}", file=sys.stderr, flush=True)
-
-    def started(self, run: Run, action: Action) -> float:
-        with self._lock:
-            how = "resuming from its last checkpoint" if action == "resume" else "starting"
-            self.say(f"{how} {run.name} · elapsed {_clock(time.monotonic() - self.start)} · {self._eta()}")
-        return time.monotonic()
-
-    def ended(self, run: Run, result: Outcome, started: float | None) -> None:
-        with self._lock:
-            self.finished += 1
-            if started is not None:  # collected runs took no time here
-                self.durations.append(time.monotonic() - started)
-            note = f": {result.error}" if result.error else ""
-            self.say(f"{run.name} {result.status}{note} · {self._eta()}")
-
-    def skipped(self, run: Run, why: str) -> None:
-        with self._lock:
-            self.say(f"skipping {run.name}: {why}")
-
-
-class Books:
-    """What one invocation records: the ledger rows of the runs it saw end, and the runs it left to
-    other processes (claimed).
-
-    Args:
-        ledger: `results.csv`.
-        axis_values: each cell's value of every axis key (ledger columns).
-        progress: where each outcome is reported.
-    """
-
-    def __init__(self, ledger: Ledger, axis_values: dict[str, dict[str, Any]], progress: Progress):
-        self.ledger, self.axis_values, self.progress = ledger, axis_values, progress
-        self.claimed: list[tuple[Run, str]] = []
-
-    def record(self, run: Run, result: Outcome, started: float | None = None) -> None:
-        """Reports an outcome and, unless another process runs the run, writes its ledger row."""
-        if result.status == CLAIMED:
-            self.claimed.append((run, result.error))
-            self.progress.skipped(run, result.error)
-            return
-        if result.status == RECORDED:
-            self.progress.ended(run, result, None)
-            return
-        row = collect_row(run.dir, run.cell, run.seed, result.status, result.error, self.axis_values[run.cell])
-        self.ledger.put(row)
-        self.progress.ended(run, result, started)
-
-    def collect(self, actions: dict[Run, Action]) -> None:
-        """Records the runs that ended but are not in the ledger (the sweep stopped right after them, or
-        they ran elsewhere: another sweep, a scheduler job)."""
-        for run, action in actions.items():
-            if action == "collect":
-                self.record(run, finished_outcome(run) or Outcome(FAILED, "the outcome vanished"))
-
-
-def run_claimed(
-    run: Run, ledger: Ledger, retry_failed: bool, echo: bool, procs: Processes, progress: Progress
-) -> tuple[Outcome | None, float | None]:
-    """Claims a run and brings it to an end, unless another process has it.
-
-    The plan is made again once the claim is held: the process that held it before may have finished
-    the run (collect it, do not start it over) or recorded it.
-
-    Returns:
-        The outcome (None when interrupted) and when it started here.
-    """
-    try:
-        claim = acquire(run.dir)
-    except Claimed as held:
-        return Outcome(CLAIMED, str(held)), None
-    with claim:
-        action = plan(run, Ledger(ledger.path, ledger.axes), retry_failed)  # a fresh read: others write it too
-        if action == "skip":
-            return Outcome(RECORDED), None
-        if action == "collect":
-            return finished_outcome(run), None
-        started = progress.started(run, action)
-        result = execute(run, action, echo=echo, procs=procs)
-        return (None if procs.stopping else result), started
-
-
-def run_sweep(
-    runs: list[Run],
-    ledger: Ledger,
-    axis_values: dict[str, dict[str, Any]],
-    jobs: int,
-    retry_failed: bool,
-    warm: bool = True,
-) -> list[tuple[Run, str]]:
-    """Brings every run of the sweep to an end and records it, except runs other processes have claimed.
-
-    Args:
-        runs: all runs, in order.
-        ledger: `results.csv`, updated after each run.
-        axis_values: each cell's value of every axis key (ledger columns).
-        jobs: runs at a time; with more than one, their output goes to `run.log` only.
-        retry_failed: run the runs recorded as failed again.
-        warm: fork each run from a process that has imported the suite once (`experiments.sweep.warm`)
-            instead of starting a fresh interpreter.
-
-    Returns:
-        The runs skipped because another live process has claimed them, each with its claim's description.
-    """
-    actions = {run: plan(run, ledger, retry_failed) for run in runs}
-    progress = Progress(len(runs), sum(a == "skip" for a in actions.values()), jobs)
-    books = Books(ledger, axis_values, progress)
-    procs = Processes(Warm() if warm else None)
-
-    def work(run: Run) -> tuple[Run, Outcome | None, float | None]:
-        if procs.stopping:
-            return run, None, None
-        return run, *run_claimed(run, ledger, retry_failed, jobs == 1, procs, progress)
-
-    books.collect(actions)
-    pending = [run for run, action in actions.items() if action in ("resume", "start")]
-    if not pending:
-        progress.say("nothing to run")
-        return books.claimed
-    pool = cf.ThreadPoolExecutor(max_workers=jobs)
-    try:
-        futures = [pool.submit(work, run) for run in pending]
-        for future in cf.as_completed(futures):
-            run, result, started = future.result()
-            if result is not None:
-                books.record(run, result, started)  # here only: one thread writes the ledger
-    except KeyboardInterrupt:
-        # unfinished runs stay unrecorded: the next invocation resumes them from their checkpoints
-        progress.say("interrupted: stopping the runs in progress; run the same command again to resume")
-        pool.shutdown(wait=False, cancel_futures=True)
-        procs.stop()
-        raise
-    finally:
-        pool.shutdown(wait=True, cancel_futures=True)
-        if procs.warm is not None:
-            procs.warm.close()
-    return books.claimed

@@ -21,7 +21,6 @@ against the suite's own parser.
 from __future__ import annotations
 
 import itertools
-import json
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
@@ -29,6 +28,9 @@ from pathlib import Path
 from typing import Any
 
 import yaml
+
+from experiments.records.layout import SUMMARY_DIR
+from experiments.records.values import format_value
 
 ROOT = Path(__file__).resolve().parents[2]  # runs start here: spec paths are relative to it
 
@@ -53,7 +55,6 @@ LAUNCHER_KEYS: dict[str, tuple[type, ...]] = {
 }
 # set by the runner for every run; a spec that set them would be silently overridden
 RESERVED_KEYS = ("seed_everything", "ckpt_path", "trainer.logger", "trainer.callbacks")
-SUMMARY_DIR = "_summary"  # the sweep's own TensorBoard run, beside the cells' folders
 DEFAULT_CHECKPOINT_EVERY = 100
 
 
@@ -124,15 +125,6 @@ class Spec:
         } | ({"launcher": self.launcher} if self.launcher else {}) | self.analysis | (
             {"require_clean": True} if self.require_clean else {}
         )  # only when set: older files match
-
-
-def format_value(value: Any) -> str:
-    """A value as the CLI (and the ledger) spells it: YAML/JSON for lists, maps, booleans and null."""
-    if isinstance(value, str):
-        return value
-    if isinstance(value, bool) or value is None or isinstance(value, (list, tuple, dict)):
-        return json.dumps(value)
-    return str(value)
 
 
 def _safe(text: str) -> str:

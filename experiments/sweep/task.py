@@ -29,9 +29,9 @@ import time
 
 from contract.run_folder import FINISHED
 from experiments.sweep.claims import Claimed, acquire, read_claim
-from experiments.sweep.commands import Run
 from experiments.sweep.processes import Processes, terminate_as_interrupt
 from experiments.sweep.runner import CLAIMED, attempt, checkpoint_ok, finished_outcome, prepare, write_outcome
+from experiments.sweep.runs import Run
 
 FOLLOW_TIMEOUT_S = 300.0
 INTERRUPTED = 130

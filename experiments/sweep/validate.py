@@ -19,8 +19,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from experiments.records.values import format_value
 from experiments.sweep.resources import RunShape, run_shape
-from experiments.sweep.spec import ROOT, Cell, Spec, SpecError, format_value
+from experiments.sweep.spec import ROOT, Cell, Spec, SpecError
 from lit_modules.cli import SuiteCLI, cli_main
 
 SEEDED_GROUPS = ("data", "model")  # a `seed` argument of these classes gets the run's seed

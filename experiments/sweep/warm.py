@@ -38,43 +38,30 @@ into status 1, and leaves through `os._exit` without the atexit handlers a fresh
 there is one forkserver per process, with one environment; its preload ignores ImportError; and no code
 of ours runs in it before each fork, where the thread check must run.
 
-    python -m experiments.sweep.warm FD ROOT MODULES     the zygote (started by `Zygote`, never by hand)
+Three modules, one per side: this one is the sweep's (`Warm`, `Zygote`, `WarmProcess`); the zygote is
+`experiments.sweep.zygote` (`python -m experiments.sweep.zygote FD ROOT MODULES`, started by `Zygote`,
+never by hand); what a forked child runs is `experiments.sweep.warm_child`.
 """
 
 from __future__ import annotations
 
-import atexit
 import contextlib
-import ctypes
-import importlib
 import json
 import os
-import runpy
 import select
-import selectors
 import signal
 import socket
 import subprocess
 import sys
-import tempfile
 import threading
-import traceback
-from dataclasses import dataclass
 from pathlib import Path
-from types import TracebackType
-from typing import NoReturn
 
 ROOT = Path(__file__).resolve().parents[2]
-MODULE = "experiments.sweep.warm"
+ZYGOTE_MODULE = "experiments.sweep.zygote"
 # what every `cli.py fit` of the suite imports: the CLI (Lightning, jsonargparse, torchmetrics, every
 # LightningModule), the DataModules (a class_path imports the package, hence all of them), TensorBoard
 PRELOAD = ("cli", "datamodules", "torch.utils.tensorboard")
-MAX_REQUEST = 1 << 20
 CANCEL_POLL_S = 0.2
-PR_SET_PDEATHSIG = 1
-
-
-# ---------------------------------------------------------------- the sweep's side
 
 
 class WarmProcess:
@@ -148,7 +135,7 @@ class Zygote:
 
     def __init__(self, env: dict[str, str], preload: tuple[str, ...], root: Path):
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
-        command = [sys.executable, "-m", MODULE, str(theirs.fileno()), str(root), ",".join(preload)]
+        command = [sys.executable, "-m", ZYGOTE_MODULE, str(theirs.fileno()), str(root), ",".join(preload)]
         self.proc = subprocess.Popen(
             command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
             pass_fds=[theirs.fileno()],
@@ -294,272 +281,3 @@ class Warm:
             live = any(run.returncode is None for run in self._runs)
         for zygote in zygotes:
             zygote.close(live)
-
-
-# ---------------------------------------------------------------- the zygote's side
-
-
-@dataclass
-class Job:
-    """What a forked child runs: `argv` (`python SCRIPT ARGS`) in `cwd` with `env`, writing to `output`."""
-
-    argv: list[str]
-    env: dict[str, str]
-    cwd: str
-    output: int
-    banner: bytes  # what the imports printed: a fresh process prints it too
-    dispositions: dict[int, object]  # the signal handlers the zygote changed, as a fresh interpreter has them
-    zygote: int
-
-
-def preload(modules: list[str]) -> tuple[bytes, str | None]:
-    """Imports `modules`, capturing what they print. Returns that output and why the imports failed (or None)."""
-    sys.stdout.flush()
-    sys.stderr.flush()
-    saved = os.dup(1), os.dup(2)
-    with tempfile.TemporaryFile() as capture:
-        os.dup2(capture.fileno(), 1)
-        os.dup2(capture.fileno(), 2)
-        try:
-            for name in modules:
-                importlib.import_module(name)
-            failure = None
-        except BaseException:  # noqa: BLE001 (any failure, SystemExit included: the runs fall back to fresh processes)
-            failure = "importing " + ",".join(modules) + " failed: " + traceback.format_exc().strip().splitlines()[-1]
-        finally:
-            sys.stdout.flush()
-            sys.stderr.flush()
-            for fd, copy in zip((1, 2), saved):
-                os.dup2(copy, fd)
-                os.close(copy)
-        capture.seek(0)
-        return capture.read(), failure
-
-
-def first_party_sources(root: str) -> dict[str, tuple[int, int]]:
-    """(mtime, size) of every imported module's source file under `root` (the interpreter's own tree excluded)."""
-    outside = tuple(os.path.join(p, "") for p in {sys.prefix, sys.base_prefix})
-    found = {}
-    for module in list(sys.modules.values()):
-        path = getattr(module, "__file__", None)
-        if path and path.startswith(os.path.join(root, "")) and not path.startswith(outside):
-            with contextlib.suppress(OSError):
-                stat = os.stat(path)
-                found[path] = (stat.st_mtime_ns, stat.st_size)
-    return found
-
-
-def changed(sources: dict[str, tuple[int, int]]) -> str | None:
-    for path, before in sources.items():
-        try:
-            stat = os.stat(path)
-        except OSError:
-            return f"{path} was removed"
-        if (stat.st_mtime_ns, stat.st_size) != before:
-            return f"{path} changed since the warm process imported it"
-    return None
-
-
-def threads() -> int:
-    """This process's threads, as the kernel counts them (native pools included)."""
-    return len(os.listdir("/proc/self/task"))
-
-
-def stop_pools_that_stop_at_fork() -> None:
-    """A throwaway fork: libraries that stop their thread pools before a fork (OpenBLAS) stop them now."""
-    pid = os.fork()
-    if pid == 0:
-        os._exit(0)
-    os.waitpid(pid, 0)
-
-
-def fork_hazard() -> str | None:
-    """Why forking now is unsafe, or None: another thread exists, or CUDA is initialised."""
-    if threading.active_count() != 1:
-        return f"{threading.active_count()} Python threads in the warm process (a fork copies only one)"
-    if threads() != 1:
-        return f"{threads()} threads in the warm process (a native pool, e.g. torch's intra-op pool after an op)"
-    torch = sys.modules.get("torch")
-    if torch is not None and torch.cuda.is_initialized():
-        return "CUDA was initialised in the warm process"
-    return None
-
-
-def closed(sock: socket.socket) -> bool:
-    """Whether the peer of `sock` has gone (the sweep cancelled this request)."""
-    try:
-        return sock.recv(1, socket.MSG_PEEK | socket.MSG_DONTWAIT) == b""
-    except BlockingIOError:
-        return False
-    except OSError:
-        return True
-
-
-def serve(control: socket.socket, root: str, modules: list[str]) -> Job | None:
-    """The zygote: imports, then forks one child per request until the sweep closes `control` and every
-    child has ended. Returns None there; in each forked child, returns its `Job`."""
-    # the sweep ends the zygote by closing `control`; Ctrl-C reaches the runs themselves (the same group)
-    dispositions = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)}
-    for sig in dispositions:
-        signal.signal(sig, signal.SIG_IGN)
-    banner, failure = preload(modules)
-    sources = first_party_sources(root)
-    stop_pools_that_stop_at_fork()
-    children: dict[int, tuple[int, socket.socket | None]] = {}  # pidfd -> (pid, status socket)
-    with selectors.DefaultSelector() as selector:
-        selector.register(control, selectors.EVENT_READ)
-        open_ = True
-        while open_ or children:
-            for key, _ in selector.select():
-                if key.fileobj is not control:  # a child's pidfd: it has exited
-                    pid, status = children.pop(key.fd)
-                    selector.unregister(key.fd)
-                    _, wait_status, usage = os.wait4(pid, 0)
-                    os.close(key.fd)
-                    if status is not None:
-                        ended = {"status": wait_status, "cpu_s": usage.ru_utime + usage.ru_stime}
-                        with contextlib.suppress(OSError):
-                            status.send(json.dumps(ended).encode())
-                        status.close()
-                    continue
-                message, fds, _, _ = socket.recv_fds(control, MAX_REQUEST, 2)
-                if not message:  # the sweep has closed it
-                    selector.unregister(control)
-                    open_ = False
-                    continue
-                output, status = fds[0], socket.socket(fileno=fds[1])
-                refusal = failure or fork_hazard()
-                stale = None if refusal else changed(sources)
-                reply = {"refused": refusal} if refusal else {"stale": stale} if stale else None
-                if reply or closed(status):  # closed: the sweep cancelled it
-                    with contextlib.suppress(OSError):
-                        status.send(json.dumps(reply or {}).encode())
-                    status.close()
-                    os.close(output)
-                    continue
-                request, zygote = json.loads(message), os.getpid()
-                pid = os.fork()
-                if pid == 0:
-                    control.close()
-                    status.close()
-                    for pidfd, (_, other) in children.items():
-                        os.close(pidfd)
-                        if other is not None:
-                            other.close()
-                    return Job(request["argv"], request["env"], request["cwd"], output, banner, dispositions, zygote)
-                os.close(output)
-                pidfd = os.pidfd_open(pid)
-                try:
-                    socket.send_fds(status, [json.dumps({"pid": pid}).encode()], [pidfd])
-                except OSError:  # cancelled meanwhile: no one would supervise the run
-                    os.kill(pid, signal.SIGKILL)
-                    status.close()
-                    status = None
-                children[pidfd] = (pid, status)
-                selector.register(pidfd, selectors.EVENT_READ)
-    return None
-
-
-def die_with(parent: int) -> None:
-    """SIGKILL when the zygote dies: its sweep could no longer learn how the run ended (Linux only)."""
-    with contextlib.suppress(OSError, AttributeError):
-        ctypes.CDLL(None, use_errno=True).prctl(PR_SET_PDEATHSIG, signal.SIGKILL)
-    if os.getppid() != parent:  # it died before the line above
-        os._exit(1)
-
-
-def from_script(tb: TracebackType | None, script: str) -> TracebackType | None:
-    """The traceback from the script's first frame on, as `python SCRIPT` prints it (without the
-    zygote's and runpy's frames above it)."""
-    first = tb
-    while first is not None and first.tb_frame.f_code.co_filename != script:
-        first = first.tb_next
-    return first or tb
-
-
-def flush_stdio() -> None:
-    """stderr, then stdout, errors ignored (CPython's `flush_io`)."""
-    for stream in (sys.stderr, sys.stdout):
-        with contextlib.suppress(Exception):
-            stream.flush()
-
-
-def exit_status(code: object) -> int:
-    """The status of `SystemExit(code)`, as CPython's `handle_system_exit` gives it."""
-    if code is None:
-        return 0
-    if isinstance(code, int):
-        return code
-    print(code, file=sys.stderr)
-    return 1
-
-
-def finish(status: int, interrupted: bool) -> NoReturn:
-    """Exits as CPython's `Py_FinalizeEx` does observably, in its order: waits for non-daemon threads,
-    runs the atexit handlers, flushes stdout and stderr; an uncaught KeyboardInterrupt ends by SIGINT.
-    It then skips tearing down the heap: freeing every module and object writes to every page the child
-    shares with the zygote (2–3 s of copies per run on a loaded 2-core machine), and its only other effect
-    would be `__del__` of objects still alive at exit, which Python does not promise to call."""
-    threading._shutdown()  # private, as in multiprocessing's own child exit (`BaseProcess._bootstrap`)
-    atexit._run_exitfuncs()
-    flush_stdio()
-    if interrupted:
-        signal.signal(signal.SIGINT, signal.SIG_DFL)
-        os.kill(os.getpid(), signal.SIGINT)
-    os._exit(status & 0xFF)
-
-
-def run(job: Job) -> NoReturn:
-    """In the forked child: becomes `python SCRIPT ARGS` as a fresh interpreter would start it, runs it,
-    and exits with its status (see `finish`)."""
-    die_with(job.zygote)
-    for sig, handler in job.dispositions.items():
-        signal.signal(sig, handler)
-    null = os.open(os.devnull, os.O_RDONLY)
-    os.dup2(null, 0)
-    os.close(null)
-    os.dup2(job.output, 1)
-    os.dup2(job.output, 2)
-    os.close(job.output)
-    if not sys.stdout.write_through:  # as CPython's stdio set-up: stdout line-buffered on a terminal only
-        sys.stdout.reconfigure(line_buffering=os.isatty(1))
-    os.chdir(job.cwd)
-    os.environ.clear()
-    os.environ.update(job.env)
-    script = os.path.abspath(job.argv[1])
-    sys.argv = job.argv[1:]
-    sys.path[0] = os.path.dirname(script)
-    if "numpy" in sys.modules:  # a fresh interpreter's global RandomState is seeded from the OS
-        sys.modules["numpy"].random.seed()
-    if job.banner:
-        os.write(1, job.banner)
-    interrupted = False
-    try:
-        try:
-            runpy.run_path(script, run_name="__main__")
-        finally:
-            flush_stdio()  # as CPython after a script (`flush_io`), before it prints an error
-        status = 0
-    except SystemExit as exit:
-        status = exit_status(exit.code)
-    except BaseException as error:  # noqa: BLE001 (uncaught: the traceback, then status 1, as CPython)
-        tb = from_script(error.__traceback__, script)
-        try:
-            sys.excepthook(type(error), error.with_traceback(tb), tb)
-        except BaseException:  # noqa: BLE001
-            traceback.print_exception(error)
-        status, interrupted = 1, isinstance(error, KeyboardInterrupt)
-    finish(status, interrupted)
-
-
-def main(argv: list[str]) -> int:
-    """`python -m experiments.sweep.warm FD ROOT MODULES` (see the module docstring)."""
-    control = socket.socket(fileno=int(argv[0]))
-    job = serve(control, argv[1], [m for m in argv[2].split(",") if m])
-    if job is not None:
-        run(job)  # in a forked child: never returns
-    return 0
-
-
-if __name__ == "__main__":
-    sys.exit(main(sys.argv[1:]))

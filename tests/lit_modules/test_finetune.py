@@ -10,7 +10,7 @@ import pytest
 import torch
 
 from cli import cli_main
-from experiments.sweep.ledger import collect_row
+from experiments.records.ledger import collect_row
 from models.peft import trainable_parameters
 from tests.datamodules.conftest import SHARED_DATA
 

@@ -10,8 +10,8 @@ import pytest
 import yaml
 from lightning.pytorch.callbacks import ProgressBar
 
-from contract.run_folder import PROGRESS_VAR
-from experiments.sweep import commands
+from contract.run_folder import PROGRESS_LINES, PROGRESS_VAR
+from experiments.sweep import runs
 from lit_modules import progress
 from lit_modules.cli import cli_main
 from lit_modules.progress import LineProgress, wants_lines
@@ -42,9 +42,8 @@ def test_lines_unless_a_terminal_or_asked(monkeypatch, setting, stdout, lines):
 
 
 def test_sweep_runs_ask_for_lines():
-    env = commands.Run("c", 0, Path("/tmp/sweep/c/seed0"), (), 1).env()
-    assert env[PROGRESS_VAR] == commands.PROGRESS_LINES and wants_lines.__module__ == "lit_modules.progress"
-    assert commands.PROGRESS_VAR == PROGRESS_VAR  # the sweep spells it without importing Lightning
+    env = runs.Run("c", 0, Path("/tmp/sweep/c/seed0"), (), 1).env()
+    assert env[PROGRESS_VAR] == PROGRESS_LINES  # one name, from the run contract, on both sides
 
 
 def test_fit_prints_one_line_per_validation(monkeypatch, tmp_path, capsys):

@@ -15,10 +15,11 @@ import re
 from pathlib import Path
 
 from contract.run_folder import DONE
-from experiments.analysis.events import read_scalars
 from experiments.analysis.stats import paired_difference
+from experiments.records.events import read_scalars
+from experiments.records.layout import LEDGER_NAME
+from experiments.records.ledger import Ledger
 from experiments.studies import table_script
-from experiments.sweep.ledger import LEDGER_NAME, Ledger
 
 LENGTH_TAG = re.compile(r"val/loss@(\d+)")
 

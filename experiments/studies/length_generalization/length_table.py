@@ -11,8 +11,9 @@ import statistics
 from pathlib import Path
 
 from contract.run_folder import DONE
+from experiments.records.layout import LEDGER_NAME
+from experiments.records.ledger import Ledger
 from experiments.studies import table_script
-from experiments.sweep.ledger import LEDGER_NAME, Ledger
 
 
 def table(sweep_dir: Path) -> str:

@@ -16,9 +16,10 @@ import math
 from pathlib import Path
 
 from contract.run_folder import DIVERGED, FINISHED
-from experiments.analysis.events import read_scalars
+from experiments.records.events import read_scalars
+from experiments.records.layout import LEDGER_NAME
+from experiments.records.ledger import Ledger
 from experiments.studies import table_script
-from experiments.sweep.ledger import LEDGER_NAME, Ledger
 
 PLATEAU = 3.2  # val/loss at or above this is the unigram plateau (unigram loss ≈ 3.35, trained runs < 2.8)
 KEYS = ("model.arch.n_layers", "model.arch.norm_placement", "model.optim.warmup_steps", "model.optim.lr")

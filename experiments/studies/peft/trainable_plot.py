@@ -34,7 +34,8 @@ import matplotlib.pyplot as plt
 
 from contract.files import write_atomic
 from experiments.analysis.stats import Comparison, paired_difference
-from experiments.sweep.ledger import LEDGER_NAME, Ledger
+from experiments.records.layout import LEDGER_NAME
+from experiments.records.ledger import Ledger
 
 LR_COLUMN = "model.optim.lr"
 TRAINABLE_COLUMN = "params_trainable"

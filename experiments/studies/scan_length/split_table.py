@@ -12,9 +12,10 @@ import statistics
 from pathlib import Path
 
 from contract.run_folder import DONE
+from experiments.records.layout import LEDGER_NAME
+from experiments.records.ledger import Ledger
 from experiments.studies import table_script
 from experiments.studies.scan_length.scan_eos import OUTCOMES
-from experiments.sweep.ledger import LEDGER_NAME, Ledger
 
 SPLITS = ("simple", "length", "cutoff26")
 EOS_ROW = re.compile(r"^\| split=(\w+),pos_encoding=(\w+) \| (\d+) \| (.+) \|$")

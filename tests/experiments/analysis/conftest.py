@@ -95,7 +95,7 @@ def write_sweep(out: Path) -> Sweep:
 @pytest.fixture(scope="module")
 def finished_sweep(tmp_path_factory) -> Sweep:
     """2 cells x 3 seeds (one run failed), a superseded run, then `cli.py report`."""
-    from experiments.analysis import report
+    from tools import report
 
     sweep = write_sweep(tmp_path_factory.mktemp("sweep"))
     assert report.main([str(sweep.dir)]) == 0

@@ -10,9 +10,9 @@ import pytest
 import yaml
 from scipy import stats
 
-from experiments.analysis import report
 from experiments.analysis.stats import paired_difference
 from experiments.sweep.spec import SpecError, load_spec
+from tools import report
 
 SEEDS = [0, 1, 2, 3, 4]
 RNG = np.random.default_rng(0)

@@ -7,8 +7,8 @@ from __future__ import annotations
 import struct
 
 import pytest
+import tb_browser  # the headless-browser driver beside this test (test support, not the analysis)
 
-from experiments.analysis import tb_browser
 from tests.experiments.analysis.conftest import AXIS, CELLS, LENGTHS, SEEDS
 
 pytestmark = [

@@ -14,9 +14,8 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.analysis import report
-from experiments.sweep import command as sweep
 from experiments.sweep.spec import load_spec, read_spec
+from tools import report, sweep
 
 ROOT = Path(__file__).resolve().parents[3]
 STUDIES = sorted(p.parent for p in (ROOT / "experiments" / "studies").glob("*/README.md"))

@@ -15,12 +15,14 @@ from pathlib import Path
 
 import pytest
 
+from experiments.records.ledger import Ledger
 from experiments.sweep import claims
 from experiments.sweep.claims import CLAIM_NAME, Claimed, acquire, read_claim
-from experiments.sweep.commands import Run
-from experiments.sweep.ledger import Ledger
+from experiments.sweep.launchers.pool import run_claimed
 from experiments.sweep.processes import Processes
-from experiments.sweep.runner import CLAIMED, Progress, run_claimed
+from experiments.sweep.recording import Progress
+from experiments.sweep.runner import CLAIMED
+from experiments.sweep.runs import Run
 from experiments.sweep.task import follow, lead
 
 

@@ -8,12 +8,12 @@ import os
 
 import pytest
 
-from experiments.sweep import command as sweep
-from experiments.sweep import launchers
-from experiments.sweep.commands import Run
+from experiments.sweep.launchers import jobs, local, slurm
 from experiments.sweep.resources import RunShape, auto_jobs, count_devices, run_shape, threads_per_process
 from experiments.sweep.runner import CLAIMED, Outcome, write_outcome
+from experiments.sweep.runs import Run
 from experiments.sweep.spec import SpecError, load_spec
+from tools import sweep
 
 DDP_CPU = {"trainer.accelerator": "cpu", "trainer.strategy": "ddp", "trainer.devices": 2}
 MULTI_NODE_GPU = {"trainer.accelerator": "gpu", "trainer.strategy": "ddp", "trainer.devices": 4, "trainer.num_nodes": 2}
@@ -83,7 +83,7 @@ def test_jobs_count_runs_not_processes(tmp_path, tiny_spec, capsys, monkeypatch)
 def test_slurm_parameters_of_a_multi_node_ddp_run():
     launcher = {"partition": "gpu", "timeout_min": 240, "mem_gb": 64, "slurm_additional_parameters": {"qos": "high"}}
     shape = run_shape({"devices": 4, "num_nodes": 2, "accelerator": "gpu"})
-    assert launchers.slurm_parameters(launcher, shape, threads=6, name="sweep-x") == {
+    assert slurm.slurm_parameters(launcher, shape, threads=6, name="sweep-x") == {
         "name": "sweep-x",
         "nodes": 2,  # trainer.num_nodes
         "tasks_per_node": 4,  # one task (one DDP process) per device
@@ -94,15 +94,15 @@ def test_slurm_parameters_of_a_multi_node_ddp_run():
         "slurm_partition": "gpu",
         "slurm_additional_parameters": {"qos": "high"},
     }
-    cpu = launchers.slurm_parameters({"cpus_per_task": 4}, run_shape({"accelerator": "cpu"}), 4, "x")
+    cpu = slurm.slurm_parameters({"cpus_per_task": 4}, run_shape({"accelerator": "cpu"}), 4, "x")
     assert cpu["nodes"] == cpu["tasks_per_node"] == 1 and "gpus_per_node" not in cpu
-    assert cpu["timeout_min"] == launchers.SLURM_TIMEOUT_MIN  # not submitit's 5 minutes
+    assert cpu["timeout_min"] == slurm.SLURM_TIMEOUT_MIN  # not submitit's 5 minutes
     with pytest.raises(SpecError, match="trainer.devices to a number"):
-        launchers.slurm_parameters({}, run_shape({"accelerator": "gpu"}), 1, "x")
+        slurm.slurm_parameters({}, run_shape({"accelerator": "gpu"}), 1, "x")
     with pytest.raises(SpecError, match="launcher.tasks_per_node: 2, but the runs need 4"):
-        launchers.slurm_parameters({"tasks_per_node": 2}, shape, 1, "x")
+        slurm.slurm_parameters({"tasks_per_node": 2}, shape, 1, "x")
     with pytest.raises(SpecError, match="no parameter.*'qos_level'"):
-        launchers.slurm_parameters({"slurm_qos_level": "high"}, shape, 1, "x")
+        slurm.slurm_parameters({"slurm_qos_level": "high"}, shape, 1, "x")
 
 
 @pytest.mark.parametrize(
@@ -166,11 +166,11 @@ def test_slurm_launcher_submits_a_job_array_and_keeps_the_books(tmp_path, tiny_s
         marker = json.loads((out / cell / "seed0" / "submitted.json").read_text())
         assert marker["job"] == f"4242_{index}"
         assert (out / "_submitit" / f"4242_{index}_submitted.pkl").exists()
-    submitted_run = launchers.task_function()
-    assert submitted_run.command[1:] == launchers.TASK and submitted_run.cwd == str(launchers.ROOT)
+    submitted_run = jobs.task_function()
+    assert submitted_run.command[1:] == jobs.TASK and submitted_run.cwd == str(jobs.ROOT)
 
     # again while the array waits in the queue: nothing is submitted twice
-    monkeypatch.setattr(launchers, "job_state", lambda folder, job_id: "PENDING")
+    monkeypatch.setattr(slurm, "job_state", lambda folder, job_id: "PENDING")
     assert sweep.main(args) == 0
     captured = capsys.readouterr()
     assert "queued as SLURM job 4242_0" in captured.err and "0 submitted now" in captured.out
@@ -194,12 +194,12 @@ def test_local_job_outcomes(tmp_path):
     run = Run("cell", 0, tmp_path / "cell" / "seed0", (), 1)
     claimed = '{"run": "cell/seed0", "status": "claimed", "note": "claimed by h:1, running since t"}'
     expected = Outcome(CLAIMED, "claimed by h:1, running since t")
-    assert launchers.local_outcome(run, FakeJob(f"log line\n{claimed}\n")) == expected
+    assert local.local_outcome(run, FakeJob(f"log line\n{claimed}\n")) == expected
     interrupted = '{"run": "cell/seed0", "status": "interrupted", "note": "resumed next time"}'
-    assert launchers.local_outcome(run, FakeJob(error=f"Traceback ...\n{interrupted}")) is None  # stays unrecorded
-    assert launchers.local_outcome(run, FakeJob(error="Traceback ...\nOSError: disk full")) == Outcome(
+    assert local.local_outcome(run, FakeJob(error=f"Traceback ...\n{interrupted}")) is None  # stays unrecorded
+    assert local.local_outcome(run, FakeJob(error="Traceback ...\nOSError: disk full")) == Outcome(
         "failed", "OSError: disk full"
     )
     run.dir.mkdir(parents=True)
     write_outcome(run, Outcome("failed", "ValueError: bad"))  # what the task leaves: read before the verdict
-    assert launchers.local_outcome(run, FakeJob(claimed)) == Outcome("failed", "ValueError: bad")
+    assert local.local_outcome(run, FakeJob(claimed)) == Outcome("failed", "ValueError: bad")

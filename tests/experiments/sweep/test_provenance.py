@@ -11,13 +11,13 @@ import pytest
 
 from contract.git import GitState, git_commit, git_state
 from contract.run_folder import PATCH_NAME, SWEEP_DIR_VAR
-from experiments.sweep import command as sweep
+from experiments.records.ledger import TAIL, Ledger, collect_row
 from experiments.sweep import provenance
-from experiments.sweep.commands import Run
-from experiments.sweep.ledger import TAIL, Ledger, collect_row
 from experiments.sweep.provenance import record_attempt
 from experiments.sweep.runner import prepare
+from experiments.sweep.runs import Run
 from experiments.sweep.spec import SpecError, load_spec
+from tools import sweep
 
 DIRTY = GitState("0123456789abcdef0123456789abcdef01234567", (" M models/attention.py", "?? scratch.py"))
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.sweep import command as sweep
 from experiments.sweep.spec import SpecError, load_spec
 from experiments.sweep.warm import Warm, WarmProcess
+from tools import sweep
 
 ROOT = Path(__file__).resolve().parents[3]
 METRICS = ("val/loss", "val/loss@16", "val/loss@32", "val/ppl", "val/bpt", "train/loss")

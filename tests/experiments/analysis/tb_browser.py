@@ -5,7 +5,7 @@ The protocol runs over `--remote-debugging-pipe` (file descriptors 3 and 4, NUL-
 no websocket client is needed. TensorBoard's dashboards are web components: their text lives in
 shadow roots, which `chromium --dump-dom` leaves out, hence a script that walks them.
 
-    .venv/bin/python -m experiments.analysis.tb_browser DIR [--out PNG]
+    PYTHONPATH=. .venv/bin/python tests/experiments/analysis/tb_browser.py DIR [--out PNG]
 
 screenshots the cell-comparison charts (the Custom Scalars tab) of the sweep in DIR (`DIR/_summary`,
 written by `cli.py report DIR`) into DIR/tensorboard.png. Needs Debian's `chromium` package.
@@ -29,8 +29,8 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
-from experiments.analysis.events import read_scalars
-from experiments.sweep.spec import SUMMARY_DIR
+from experiments.records.events import read_scalars
+from experiments.records.layout import SUMMARY_DIR
 
 CHROMIUM = Path("/usr/bin/chromium")
 FLAGS = (

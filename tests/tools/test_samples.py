@@ -5,9 +5,8 @@ from __future__ import annotations
 
 import json
 
-from experiments import samples
-from experiments.sweep import command as sweep
 from lit_modules.predict import PREDICTIONS_FILE
+from tools import samples, sweep
 
 CELLS = ("pos_encoding=alibi", "pos_encoding=rope")
 

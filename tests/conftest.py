@@ -1,4 +1,4 @@
-"""Tiny sweeps for the experiment tests: a 1-layer GPT of width 32 on 16-token windows of the
+"""Tiny sweeps for the experiment and tool tests: a 1-layer GPT of width 32 on 16-token windows of the
 offline default corpus, 12 steps, validated every 4 and checkpointed every 2."""
 
 from __future__ import annotations
@@ -9,7 +9,7 @@ from typing import Any
 import pytest
 import yaml
 
-ROOT = Path(__file__).resolve().parents[2]
+ROOT = Path(__file__).resolve().parents[1]
 
 BASE = ["configs/gpt/base.yaml", "configs/gpt/tiny.yaml"]
 FIXED: dict[str, Any] = {

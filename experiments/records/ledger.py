@@ -20,9 +20,8 @@ from typing import Any
 
 from contract.files import write_atomic
 from contract.run_folder import read_run_json
-from experiments.sweep.spec import format_value
+from experiments.records.values import format_value
 
-LEDGER_NAME = "results.csv"
 HEAD = ("cell", "seed", "status")
 # params_trainable: what fine-tuning trains (PEFT, freezing); equal to params otherwise. Older ledgers lack it.
 STATS = ("steps", "diverged_at_step", "wall_time_s", "params", "params_non_embedding", "params_trainable",
@@ -65,7 +64,7 @@ def collect_row(
         error: last line of a failed run's error ('' otherwise).
         axis_values: the cell's value of every axis key.
     """
-    from experiments.analysis.events import read_scalars  # TensorBoard: only where rows are made, not in jobs
+    from experiments.records.events import read_scalars  # TensorBoard: only where rows are made, not in jobs
 
     info = read_run_json(run_dir)
     scalars = read_scalars(run_dir)

@@ -12,13 +12,9 @@ import shlex
 import sys
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from contract.run_folder import PROGRESS_LINES, PROGRESS_VAR, SWEEP_DIR_VAR, last_checkpoint
-from experiments.sweep.spec import ROOT, Spec
-
-if TYPE_CHECKING:  # validate imports Lightning: a scheduler job that only runs a Run must start fast
-    from experiments.sweep.validate import CheckedCell
+from experiments.sweep.spec import ROOT
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # torch sets its intra-op threads from these
 
@@ -80,53 +76,3 @@ class Run:
     def from_json(cls, text: str) -> Run:
         data = json.loads(text)
         return cls(data["cell"], data["seed"], Path(data["dir"]), tuple(data["args"]), data["threads"])
-
-
-def run_args(spec: Spec, checked: CheckedCell, seed: int, run_dir: Path) -> list[str]:
-    """A cell's arguments plus what makes the run a sweep member: its seed, log folder, checkpoints.
-
-    Args:
-        spec: the sweep.
-        checked: the cell, as validated.
-        seed: the run's seed; also given to the data's and model's own `seed` where they have one.
-        run_dir: `DIR/<cell>/seed<k>`.
-    """
-    from experiments.sweep.validate import cell_args
-
-    checkpoints = {
-        "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-        "init_args": {
-            "dirpath": str(last_checkpoint(run_dir).parent),
-            "every_n_train_steps": spec.checkpoint_every,
-            "save_last": True,
-            "save_top_k": 0,  # only last.ckpt: resuming needs nothing else
-        },
-    }
-    return [
-        *cell_args(spec, checked.cell),
-        f"--seed_everything={seed}",
-        *(f"--{key}={seed}" for key in checked.seed_keys),
-        # Lightning logs to save_dir/name/version; an empty version makes that exactly DIR/<cell>/seed<k>
-        f"--trainer.logger.init_args.save_dir={run_dir.parent}",
-        f"--trainer.logger.init_args.name={run_dir.name}",
-        "--trainer.logger.init_args.version=",
-        "--trainer.callbacks+=" + json.dumps(checkpoints, separators=(",", ":")),
-    ]
-
-
-def make_runs(spec: Spec, checked: dict[str, CheckedCell], out_dir: Path, threads: dict[str, int]) -> list[Run]:
-    """Every (cell, seed), seed by seed, so a sweep cut short still compares all cells.
-
-    Args:
-        spec: the sweep.
-        checked: the validated cells by name.
-        out_dir: the sweep's folder (absolute).
-        threads: torch threads of each process of a cell's runs, by cell name (see `experiments.sweep.resources`).
-    """
-    runs = []
-    for seed in spec.seeds:
-        for cell in spec.cells:
-            run_dir = out_dir / cell.name / f"seed{seed}"
-            args = tuple(run_args(spec, checked[cell.name], seed, run_dir))
-            runs.append(Run(cell.name, seed, run_dir, args, threads[cell.name]))
-    return runs

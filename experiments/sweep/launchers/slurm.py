@@ -1,17 +1,7 @@
-"""Launchers: what runs the runs a sweep still has to run (`cli.py sweep --launcher`).
-
-- `pool` (default): this process, `--jobs` runs at a time (`experiments.sweep.runner.run_sweep`).
-- `local`: submitit's LocalExecutor: each run is a job on this machine, `--jobs` at a time; the sweep
-  waits for them, then records and reports as the pool does.
-- `slurm`: submitit's SlurmExecutor: the runs as one SLURM job array (one array per resource shape,
-  when cells differ in `trainer.devices`/`trainer.num_nodes`); the sweep submits and returns. Running
-  the same command again records the runs that finished, and submits again those that did not,
-  except runs that are running (claimed) or still queued (`submitted.json` names a pending job).
-
-Every job runs `python -m experiments.sweep.task RUN_JSON` in the repository root (through
-`submitit.helpers.CommandFunction`, so the job needs nothing of this package unpickled): the same
-`cli.py fit` command, claim and resumption as the pool (`experiments.sweep.task`). Job logs, pickles
-and submission scripts go to `DIR/_submitit/`.
+"""`--launcher slurm`: submitit's SlurmExecutor: the runs as one SLURM job array (one array per resource
+shape, when cells differ in `trainer.devices`/`trainer.num_nodes`); the sweep submits and returns. Running
+the same command again records the runs that finished, and submits again those that did not, except runs
+that are running (claimed) or still queued (`submitted.json` names a pending job).
 
 A run of `trainer.devices: N` and `trainer.num_nodes: M` gets a job of M nodes with N tasks per node
 (one process per device, as Lightning's SLURM guide asks: Lightning reads SLURM_PROCID and the other
@@ -22,47 +12,28 @@ option).
 
 from __future__ import annotations
 
-import contextlib
 import json
-import sys
 import time
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from contract.run_folder import FAILED
-from experiments.sweep.claims import describe, read_claim
-from experiments.sweep.commands import Run
-from experiments.sweep.ledger import Ledger
+from experiments.records.ledger import Ledger
+from experiments.sweep.launchers.base import Launch, Launched
+from experiments.sweep.launchers.jobs import JOBS_DIR, pending_runs, task_function
+from experiments.sweep.recording import Progress, Recorder
 from experiments.sweep.resources import GPU_ACCELERATORS, RunShape
-from experiments.sweep.runner import (
-    CLAIMED,
-    SUBMITTED_NAME,
-    Books,
-    Outcome,
-    Progress,
-    checkpoint_ok,
-    finished_outcome,
-    plan,
-)
-from experiments.sweep.spec import ROOT, SpecError
+from experiments.sweep.runner import SUBMITTED_NAME, plan
+from experiments.sweep.runs import Run
+from experiments.sweep.spec import Spec, SpecError
 
-LAUNCHERS = ("pool", "local", "slurm")
-JOBS_DIR = "_submitit"
-TASK = ["-m", "experiments.sweep.task"]  # after the interpreter: `python -m experiments.sweep.task RUN_JSON`
+if TYPE_CHECKING:  # validate imports Lightning: a scheduler job must not
+    from experiments.sweep.validate import CheckedCell
+
 SLURM_TIMEOUT_MIN = 24 * 60  # submitit's own default is 5 minutes; set launcher.timeout_min to the partition's limit
-LOCAL_TIMEOUT_MIN = 7 * 24 * 60  # a local job is killed at its time limit too (submitit's default: 2 minutes)
-POLL_S = 1.0
 # a job in one of these states will still run its run: do not submit the run again
 QUEUED_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED")
 # launcher keys that are submitit's own parameters under another name
 RENAMED = {"partition": "slurm_partition"}
-
-
-def task_function() -> Any:
-    """What each job calls: the task module, run in the repository root with the sweep's interpreter."""
-    import submitit
-
-    return submitit.helpers.CommandFunction([sys.executable, *TASK], cwd=ROOT, verbose=True)
 
 
 def slurm_threads(launcher: dict[str, Any], threads: int | None) -> int:
@@ -131,116 +102,6 @@ def _check_slurm_keys(params: dict[str, Any]) -> None:
         )
 
 
-def _pending(runs: list[Run], ledger: Ledger, retry_failed: bool, books: Books) -> list[Run]:
-    """Records what ended, reports what others run, and returns the runs to submit."""
-    actions = {run: plan(run, ledger, retry_failed) for run in runs}
-    books.collect(actions)
-    pending = []
-    for run, action in actions.items():
-        if action not in ("resume", "start"):
-            continue
-        holder = read_claim(run.dir)
-        if holder is not None:
-            books.record(run, Outcome(CLAIMED, describe(holder)))
-        else:
-            pending.append(run)
-    return pending
-
-
-def _job_verdict(job: Any) -> dict[str, Any]:
-    """The task's verdict (its last JSON line: the job's output, or its error when it failed), else the
-    job's error as a failed verdict."""
-    error = job.exception()
-    text = str(job.result()) if error is None else str(error)
-    lines = [line.strip() for line in text.splitlines() if line.strip()]
-    for line in reversed(lines):
-        if line.startswith("{"):
-            with contextlib.suppress(ValueError):
-                return json.loads(line)
-    return {"status": FAILED, "note": lines[-1] if lines else type(error).__name__} if error else {}
-
-
-def local_outcome(run: Run, job: Any) -> Outcome | None:
-    """How a finished local job left its run: its folder first (run.json, outcome.json), then its
-    verdict; None when the job was interrupted (the run stays unrecorded, to be resumed)."""
-    found = finished_outcome(run)
-    if found is not None:
-        return found
-    verdict = _job_verdict(job)
-    if verdict.get("status") == "interrupted":
-        return None
-    if verdict.get("status") == CLAIMED:
-        return Outcome(CLAIMED, verdict.get("note", ""))
-    note = verdict.get("note") or f"the job ended without an outcome; see its log in {job.paths.stdout}"
-    return Outcome(FAILED, note)
-
-
-def local_gpus() -> int:
-    """GPUs a local job sees by default: all of this machine's (as a pool run does)."""
-    import torch
-
-    return torch.cuda.device_count()
-
-
-def run_local(
-    runs: list[Run],
-    ledger: Ledger,
-    axis_values: dict[str, dict[str, Any]],
-    jobs: int,
-    retry_failed: bool,
-    launcher: dict[str, Any],
-    out_dir: Path,
-) -> list[tuple[Run, str]]:
-    """Runs the runs as submitit LocalExecutor jobs, `jobs` at a time, and records each as it ends.
-
-    Args:
-        runs: all runs, in order.
-        ledger: `results.csv`.
-        axis_values: each cell's value of every axis key (ledger columns).
-        jobs: jobs at a time.
-        retry_failed: run the runs recorded as failed again.
-        launcher: the spec's `launcher:` block (`timeout_min`, `gpus_per_node` apply here).
-        out_dir: the sweep's folder; job logs go to `out_dir/_submitit`.
-
-    Returns:
-        The runs left to other processes (claimed), each with its claim's description.
-    """
-    import submitit
-
-    progress = Progress(len(runs), sum(plan(r, ledger, retry_failed) == "skip" for r in runs), jobs)
-    books = Books(ledger, axis_values, progress)
-    pending = _pending(runs, ledger, retry_failed, books)
-    if not pending:
-        progress.say("nothing to run")
-        return books.claimed
-    executor = submitit.AutoExecutor(folder=out_dir / JOBS_DIR, cluster="local")
-    executor.update_parameters(
-        timeout_min=launcher.get("timeout_min", LOCAL_TIMEOUT_MIN),
-        gpus_per_node=launcher.get("gpus_per_node", local_gpus()),
-    )
-    running: dict[Any, tuple[Run, float]] = {}
-    try:
-        while pending or running:
-            while pending and len(running) < jobs:
-                run = pending.pop(0)
-                started = progress.started(run, "resume" if checkpoint_ok(run) else "start")
-                running[executor.submit(task_function(), run.to_json())] = (run, started)
-            time.sleep(POLL_S)
-            for job in [job for job in running if job.done()]:
-                run, started = running.pop(job)
-                result = local_outcome(run, job)
-                if result is None:
-                    progress.skipped(run, "its job was interrupted; the next invocation resumes it")
-                else:
-                    books.record(run, result, started)
-    except KeyboardInterrupt:
-        progress.say("interrupted: stopping the jobs in progress; run the same command again to resume")
-        for job in running:
-            job.cancel()  # each task stops its run and releases its claim
-        raise
-    return books.claimed
-
-
 def job_state(folder: str, job_id: str) -> str:
     """A SLURM job's state from sacct (submitit's watcher); UNKNOWN when it cannot tell."""
     import submitit
@@ -282,9 +143,9 @@ def submit_slurm(
     import submitit
 
     progress = Progress(len(runs), sum(plan(r, ledger, retry_failed) == "skip" for r in runs), 1)
-    books = Books(ledger, axis_values, progress)
+    books = Recorder(ledger, axis_values, progress)
     groups: dict[str, list[Run]] = {}
-    for run in _pending(runs, ledger, retry_failed, books):
+    for run in pending_runs(runs, ledger, retry_failed, books):
         job = queued_job(run)
         if job is not None:
             progress.skipped(run, f"queued as SLURM job {job}")
@@ -310,3 +171,35 @@ def submit_slurm(
     if submitted:
         print(f"job logs: {folder}; run the same command again to record the runs that finished")
     return books.claimed, submitted
+
+
+class Slurm:
+    """A scheduler places the runs: `--jobs` does not apply, and each process's threads are its task's CPUs."""
+
+    name = "slurm"
+    help = "a SLURM job array (submits and returns; run again to record)"
+    on_this_machine = False
+    waits = False
+
+    def threads(self, spec: Spec, checked: dict[str, CheckedCell], threads: int | None, jobs: int) -> dict[str, int]:
+        return {name: slurm_threads(spec.launcher, threads) for name in checked}
+
+    def job_parameters(
+        self, spec: Spec, checked: dict[str, CheckedCell], threads: dict[str, int], dry_run: bool
+    ) -> dict[str, dict[str, Any]]:
+        parameters = {}
+        for name, c in checked.items():
+            try:
+                parameters[name] = slurm_parameters(spec.launcher, c.shape, threads[name], f"sweep-{spec.path.stem}")
+            except SpecError as err:
+                raise SpecError(f"cell {name!r}: {err}") from None
+        return parameters
+
+    def launch(self, launch: Launch) -> Launched:
+        try:
+            claimed, submitted = submit_slurm(
+                launch.runs, launch.ledger, launch.axis_values, launch.parameters, launch.retry_failed, launch.out_dir
+            )
+        except RuntimeError as err:  # submitit: no `srun` here (not a SLURM machine), or sbatch refused
+            raise SpecError(f"--launcher slurm: {err}") from None
+        return Launched(claimed, submitted)

@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.run_folder import CONFIG_FILE, last_checkpoint
-from experiments.analysis.report import SWEEP_INFO
+from experiments.records.layout import SWEEP_INFO
 from lit_modules.cli import cli_main
 from lit_modules.predict import PREDICTIONS_FILE, short
 

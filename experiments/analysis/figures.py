@@ -1,0 +1,53 @@
+"""Which figures a sweep's report draws, from the metrics its runs logged."""
+
+from __future__ import annotations
+
+import re
+from pathlib import Path
+
+from contract.run_folder import DONE
+from experiments.analysis import plots
+from experiments.analysis.comparison import Analysis
+from experiments.records.events import read_scalars
+
+# a family evaluated at several sizes logs `val/loss@<size>`: the size counts tokens (a language model's
+# evaluation lengths) or pixels (an image classifier's resolutions, which also log `val/acc@<size>`)
+SIZE_FIGURES = {
+    "tokens": (
+        "length_extrapolation.png",
+        "final val/loss against evaluation length (length extrapolation; log2 axis)",
+    ),
+    "pixels": ("resolution.png", "final val/loss against evaluated image size (log2 axis)"),
+}
+
+
+def _plot_name(tag: str) -> str:
+    return re.sub(r"[^A-Za-z0-9]+", "_", tag).strip("_") + ".png"
+
+
+def make_plots(out_dir: Path, analysis: Analysis) -> list[tuple[str, Path]]:
+    """Learning curves (main metric and train/loss) and, for causal LMs, loss against evaluation length.
+
+    Returns:
+        (caption, path relative to `out_dir`) of each figure written.
+    """
+    figures = []
+    tags = [t for t in (analysis.main, "train/loss") if t]
+    done_runs = {
+        c.name: [out_dir / c.name / f"seed{r['seed']}" for r in c.rows if r["status"] == DONE] for c in analysis.cells
+    }
+    scalars = {cell: [read_scalars(d) for d in dirs] for cell, dirs in done_runs.items()}
+    for tag in tags:
+        curves = {cell: [s.curves[tag] for s in runs if tag in s.curves] for cell, runs in scalars.items()}
+        path = Path("plots") / _plot_name(tag)
+        if plots.learning_curves({c: v for c, v in curves.items() if v}, tag, out_dir / path):
+            figures.append((f"{tag} against training step (mean over seeds, band: min–max)", path))
+    sizes = {int(size): m for m in analysis.metrics for base, _, size in [m.partition("@")] if base == "val/loss"
+             and size.isdigit()}  # fmt: skip
+    if sizes:
+        unit = "pixels" if any(m.startswith("val/acc@") for m in analysis.metrics) else "tokens"  # image classifiers
+        name, caption = SIZE_FIGURES[unit]
+        by_cell = {c.name: {size: c.summaries[m].mean for size, m in sizes.items()} for c in analysis.cells}
+        if plots.length_curves(by_cell, out_dir / "plots" / name, unit=unit):
+            figures.append((caption, Path("plots") / name))
+    return figures
