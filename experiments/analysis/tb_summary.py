@@ -140,7 +140,7 @@ def _write_band(writer: _Writer, metric: str, band: Mapping[int, tuple[float, fl
             writer.scalar(tag, value, step)
 
 
-def _kind(values: Iterable[Any]) -> int:
+def _column_type(values: Iterable[Any]) -> int:
     """One HParams type per column: values of mixed types (`None` beside numbers) make it a string."""
     kinds = {type(v) for v in values}
     if kinds <= {bool}:
@@ -148,7 +148,8 @@ def _kind(values: Iterable[Any]) -> int:
     return api_pb2.DATA_TYPE_FLOAT64 if kinds <= {int, float} else api_pb2.DATA_TYPE_STRING
 
 
-def _as(kind: int, value: Any) -> HParam:
+def _typed(kind: int, value: Any) -> HParam:
+    """`value` as its column's HParams type (`_column_type`)."""
     if kind == api_pb2.DATA_TYPE_FLOAT64:
         return float(value)
     if kind == api_pb2.DATA_TYPE_BOOL:
@@ -156,7 +157,8 @@ def _as(kind: int, value: Any) -> HParam:
     return value if isinstance(value, str) else format_value(value)
 
 
-def _value(value: HParam) -> struct_pb2.Value:
+def _proto_value(value: HParam) -> struct_pb2.Value:
+    """An HParams value as the protobuf `Value` TensorBoard stores."""
     if isinstance(value, bool):
         return struct_pb2.Value(bool_value=value)
     if isinstance(value, float):
@@ -209,14 +211,14 @@ def _experiment(
 ) -> tuple[api_pb2.Experiment, list[Session]]:
     """The HParams experiment (columns with type, domain and whether they differ; metrics) and the
     sessions with their values converted to their column's type."""
-    kinds = {name: _kind(h[name] for _, _, h in sessions if name in h) for name, _ in columns}
-    sessions = [(run, status, {k: _as(kinds[k], v) for k, v in h.items()}) for run, status, h in sessions]
+    kinds = {name: _column_type(h[name] for _, _, h in sessions if name in h) for name, _ in columns}
+    sessions = [(run, status, {k: _typed(kinds[k], v) for k, v in h.items()}) for run, status, h in sessions]
     infos = []
     for name, label in columns:
         distinct = sorted({h[name] for _, _, h in sessions if name in h}, key=str)
         info = api_pb2.HParamInfo(name=name, display_name=label, type=kinds[name], differs=len(distinct) > 1)
         if kinds[name] != api_pb2.DATA_TYPE_FLOAT64 or len(distinct) <= 20:  # the tab filters these by ticking
-            info.domain_discrete.CopyFrom(struct_pb2.ListValue(values=[_value(v) for v in distinct]))
+            info.domain_discrete.CopyFrom(struct_pb2.ListValue(values=[_proto_value(v) for v in distinct]))
         infos.append(info)
     metric_infos = [
         api_pb2.MetricInfo(
@@ -255,7 +257,7 @@ def _write_run(writer: _Writer, status: str, hparams: Mapping[str, HParam], scal
     times = [t for stamps in scalars.wall_times.values() for t in stamps.values()]
     start = plugin_data_pb2.SessionStartInfo(start_time_secs=min(times, default=0.0))
     for name, value in hparams.items():
-        start.hparams[name].CopyFrom(_value(value))
+        start.hparams[name].CopyFrom(_proto_value(value))
     session = plugin_data_pb2.HParamsPluginData(session_start_info=start)
     writer.hparams(hparams_metadata.SESSION_START_INFO_TAG, session, wall_time=start.start_time_secs or None)
     for tag, curve in scalars.curves.items():

@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from experiments.sweep.launchers import base as launcher_base
 from experiments.sweep.launchers import jobs, local, slurm
 from experiments.sweep.resources import RunShape, auto_jobs, count_devices, run_shape, threads_per_process
 from experiments.sweep.runner import CLAIMED, Outcome, write_outcome
@@ -40,9 +41,15 @@ def test_auto_jobs_fills_cores_with_single_thread_processes(cores, processes, ru
     assert auto_jobs(cores, processes, runs) == jobs
 
 
+def pretend_cores(monkeypatch, cores: int) -> None:
+    """This machine has `cores` cores, for `--jobs auto` and for each launcher's share of them."""
+    for module in (sweep, launcher_base):
+        monkeypatch.setattr(module, "available_cores", lambda: cores)
+
+
 @pytest.mark.parametrize("cores, seeds, jobs, threads", [(4, [0, 1, 2], 3, 1), (4, [0], 1, 4), (2, [0, 1, 2], 2, 1)])
 def test_jobs_auto_says_jobs_and_threads(tmp_path, tiny_spec, capsys, monkeypatch, cores, seeds, jobs, threads):
-    monkeypatch.setattr(sweep, "available_cores", lambda: cores)
+    pretend_cores(monkeypatch, cores)
     spec = tiny_spec(tmp_path / "spec.yaml", grid={"model.arch.pos_encoding": ["rope"]}, seeds=seeds)
     assert sweep.main([str(spec), "--out", str(tmp_path / "out"), "--dry-run", "--jobs", "auto"]) == 0
     out, err = capsys.readouterr()
@@ -72,7 +79,7 @@ def test_processes_per_run_from_trainer_settings():
 def test_jobs_count_runs_not_processes(tmp_path, tiny_spec, capsys, monkeypatch):
     """2 jobs of 2-process DDP runs on 8 cores: 2 threads per process; `--threads` still wins."""
     spec = tiny_spec(tmp_path / "spec.yaml", DDP_CPU, grid={"model.arch.pos_encoding": ["rope", "alibi"]})
-    monkeypatch.setattr(sweep, "available_cores", lambda: 8)
+    pretend_cores(monkeypatch, 8)
     assert sweep.main([str(spec), "--out", str(tmp_path / "out"), "--dry-run", "--jobs", "2"]) == 0
     lines = capsys.readouterr().out.splitlines()
     assert len(lines) == 2 and all("OMP_NUM_THREADS=2 " in line and "--trainer.devices=2" in line for line in lines)

@@ -164,7 +164,7 @@ def dirty_tree(monkeypatch):
         seen.append((repo, list(exclude)))
         return DIRTY
 
-    monkeypatch.setattr(sweep, "git_state", fake)
+    monkeypatch.setattr(provenance, "git_state", fake)
     return seen
 
 
