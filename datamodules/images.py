@@ -18,7 +18,7 @@ from torchvision.transforms import v2
 
 from contract.errors import ConfigError
 from datamodules.base import SuiteDataModule
-from datamodules.predict import DEFAULT_INPUTS
+from datamodules.predict_inputs import DEFAULT_INPUTS
 
 ImageDatasetName = Literal["digits", "cifar10", "mnist", "fashion_mnist"]
 
