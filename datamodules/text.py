@@ -15,7 +15,7 @@ from torch.utils.data import BatchSampler, DataLoader, Dataset
 
 from datamodules.base import SuiteDataModule
 from datamodules.download import resolve, sha256_bytes
-from datamodules.predict import PROMPT_CHARS, collate_lists, encode_inputs, read_lines, text_prompts
+from datamodules.predict_inputs import PROMPT_CHARS, collate_lists, encode_inputs, read_lines, text_prompts
 from datamodules.sampling import GlobalIndexSampler, mix
 from datamodules.tokenization import Tokenizer, TokenizerFields, build_tokenizer, load_tokenizer
 

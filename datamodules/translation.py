@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader
 from contract.labels import IGNORE_INDEX
 from datamodules.base import SuiteDataModule
 from datamodules.download import resolve, sha256_bytes
-from datamodules.predict import DEFAULT_INPUTS, encode_inputs, read_lines
+from datamodules.predict_inputs import DEFAULT_INPUTS, encode_inputs, read_lines
 from datamodules.sampling import BucketBatchSampler, EpochSampler, ResumeBatches, batches_done_this_epoch, generator
 from datamodules.scan import SCAN_SPLITS, Pair, ScanSplitName, all_pairs
 from datamodules.tokenization import Tokenizer, TokenizerFields, build_tokenizer, load_tokenizer

@@ -25,8 +25,8 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from .common import TrainStep
-from .tables import Table
-from .timing import interleaved, machine_info, matmul_peak_flops, ratio_range
+from .mfu import SUITE, TrainingFlops, mfu_table
+from .timing import interleaved, machine_info, matmul_peak_flops
 
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"  # experiments/bench/results/, as documented
 SHAPES = {
@@ -111,7 +111,7 @@ def main(argv: list[str] | None = None) -> int:
     tokens = torch.randint(0, shape["vocab"], (batch, shape["seq"] + 1), generator=g).to(device)
     ids, labels = tokens[:, :-1].contiguous(), tokens[:, 1:].contiguous()
     candidates = {
-        "suite GPT": train_step(suite, ids, labels, device, hf=False),
+        SUITE: train_step(suite, ids, labels, device, hf=False),
         "transformers GPT-2 (gelu_new)": train_step(hf, ids, labels, device, hf=True),
         "transformers GPT-2 (gelu_pytorch_tanh)": train_step(hf_fused, ids, labels, device, hf=True),
     }
@@ -130,45 +130,17 @@ def main(argv: list[str] | None = None) -> int:
             step()
             memory[name] = torch.cuda.max_memory_allocated() / 2**30
 
-    n = suite.matmul_parameters()
-    flops_6n = 6.0 * n
-    flops_attn = 3.0 * suite.flops_per_token(shape["seq"], include_attention=True)
-    n_tokens = ids.numel()
-    table = Table(
-        [
-            "model",
-            "step time",
-            "tokens/s (median, min–max)",
-            "suite speed ÷ this",
-            "MFU 6·N",
-            "MFU 6·N + attn",
-            "peak GiB",
-        ],
+    flops = TrainingFlops.of(suite, shape["seq"])
+    table, results = mfu_table(
+        times,
+        ids.numel(),
+        flops,
+        peak,
         title=f"{shape['n_layers']} layers, d_model {shape['d_model']}, {shape['n_heads']} heads, "
-        f"vocab {shape['vocab']}, seq {shape['seq']}, batch {batch}, bf16 autocast; N = {n:,} matmul params; "
-        f"measured bf16 matmul peak {peak / 1e12:.1f} TFLOP/s",
+        f"vocab {shape['vocab']}, seq {shape['seq']}, batch {batch}, bf16 autocast; "
+        f"N = {flops.matmul_params:,} matmul params; measured bf16 matmul peak {peak / 1e12:.1f} TFLOP/s",
+        last_column=("peak GiB", {name: f"{memory.get(name, float('nan')):.1f}" for name in times}),
     )
-    results = {}
-    for name, t in times.items():
-        rate = t.rate(n_tokens)
-        r = ratio_range(t, times["suite GPT"])
-        mfu, mfu_attn = rate.median * flops_6n / peak, rate.median * flops_attn / peak
-        table.add(
-            name,
-            t.fmt("ms"),
-            rate.fmt(),
-            f"{r[0]:.3f}",
-            f"{mfu:.1%}",
-            f"{mfu_attn:.1%}",
-            f"{memory.get(name, float('nan')):.1f}",
-        )
-        results[name] = {
-            "timing": t.to_json(),
-            "tokens_per_s": rate.to_json(),
-            "mfu_6n": mfu,
-            "mfu_6n_attn": mfu_attn,
-            "suite_speedup": r,
-        }
     device_name = torch.cuda.get_device_name() if device == "cuda" else "cpu"
     lines = [
         f"# GPU benchmark ({'smoke' if args.smoke else 'full'}) on {device_name}",
@@ -190,7 +162,7 @@ def main(argv: list[str] | None = None) -> int:
         "shape": shape,
         "batch": batch,
         "peak_flops": peak,
-        "matmul_params": n,
+        "matmul_params": flops.matmul_params,
         "results": results,
         "peak_memory_gib": memory,
         "compile_cold_s": cold,

@@ -12,6 +12,7 @@ from torch import nn
 from models import GPT
 
 from .common import POSITIONAL_SCHEMES, Context, TrainStep, profile_step, token_batch
+from .mfu import SUITE, TrainingFlops, mfu_table
 from .reference_gpt import ReferenceGPT
 from .tables import Section, Table, Target
 from .timing import interleaved, paired_detail, ratio_range, time_call
@@ -90,66 +91,38 @@ def run(ctx: Context) -> Section:
     )
 
     candidates = {
-        "suite GPT": TrainStep(suite).on(ids, labels),
+        SUITE: TrainStep(suite).on(ids, labels),
         "plain reference GPT": TrainStep(reference).on(ids, labels),
         "transformers GPT-2 (gelu_new)": TrainStep(hf, forward=hf_forward).on(ids, labels),
         "transformers GPT-2 (gelu_pytorch_tanh)": TrainStep(hf_fused, forward=hf_forward).on(ids, labels),
     }
     times = interleaved(candidates, s.reps, s.warmup)
     forwards = {
-        "suite GPT": (suite, None),
+        SUITE: (suite, None),
         "plain reference GPT": (reference, None),
         "transformers GPT-2 (gelu_new)": (hf, hf_forward),
         "transformers GPT-2 (gelu_pytorch_tanh)": (hf_fused, hf_forward),
     }
     kernels = {name: attention_kernels(model, ids[:2], fwd) for name, (model, fwd) in forwards.items()}
 
-    n = suite.matmul_parameters()
-    flops_6n = 6.0 * n
-    flops_attn = 3.0 * suite.flops_per_token(s.seq_len, include_attention=True)
-    table = Table(
-        [
-            "model",
-            "step time",
-            "tokens/s (median, min–max)",
-            "suite speed ÷ this",
-            "MFU 6·N",
-            "MFU 6·N + attn",
-            "SDPA kernel",
-        ],
-        title=f"tokens/step {tokens}; N = {n:,} matmul params (tied head included); "
+    flops = TrainingFlops.of(suite, s.seq_len)
+    table, results = mfu_table(
+        times,
+        tokens,
+        flops,
+        ctx.peak_flops,
+        title=f"tokens/step {tokens}; N = {flops.matmul_params:,} matmul params (tied head included); "
         f"peak {ctx.peak_flops / 1e9:.1f} GFLOP/s fp32 (measured)",
+        last_column=("SDPA kernel", {name: ", ".join(sorted(kernels[name])) or "?" for name in times}),
     )
-    suite_t = times["suite GPT"]
-    results = {}
-    for name, t in times.items():
-        rate = t.rate(tokens)
-        speedup = ratio_range(t, suite_t)
-        mfu, mfu_attn = rate.median * flops_6n / ctx.peak_flops, rate.median * flops_attn / ctx.peak_flops
-        table.add(
-            name,
-            t.fmt("ms"),
-            rate.fmt(),
-            f"{speedup[0]:.3f} ({speedup[1]:.2f}–{speedup[2]:.2f})",
-            f"{mfu:.1%}",
-            f"{mfu_attn:.1%}",
-            ", ".join(sorted(kernels[name])) or "?",
-        )
-        results[name] = {
-            "timing": t.to_json(),
-            "tokens_per_s": rate.to_json(),
-            "mfu_6n": mfu,
-            "mfu_6n_attn": mfu_attn,
-            "suite_speedup": speedup,
-        }
     section.tables.append(table)
     section.data["models"] = results
-    section.data["matmul_params"] = n
-    section.data["flops_per_token_6n"] = flops_6n
-    section.data["flops_per_token_attn"] = flops_attn
+    section.data["matmul_params"] = flops.matmul_params
+    section.data["flops_per_token_6n"] = flops.six_n
+    section.data["flops_per_token_attn"] = flops.with_attention
 
     def speedup_target(name: str, threshold: float, label: str) -> Target:
-        r = ratio_range(times[name], suite_t)
+        r = ratio_range(times[name], times[SUITE])
         return Target(label, r[0], threshold, detail=paired_detail(r, threshold))
 
     section.targets += [
@@ -157,9 +130,9 @@ def run(ctx: Context) -> Section:
         speedup_target("transformers GPT-2 (gelu_new)", 1.3, "suite GPT ÷ transformers GPT-2 (tokens/s)"),
         Target(
             "suite GPT MFU (6·N)",
-            results["suite GPT"]["mfu_6n"],
+            results[SUITE]["mfu_6n"],
             0.5,
-            detail=f"with attention FLOPs: {results['suite GPT']['mfu_6n_attn']:.1%}",
+            detail=f"with attention FLOPs: {results[SUITE]['mfu_6n_attn']:.1%}",
         ),
     ]
 

@@ -15,7 +15,8 @@ are registered by the suite settings each reference can express (`Target`): a su
 to the reference of its class whose settings it matches. Both directions move the weights through
 one table per family (`table`: suite key, reference keys, transform both ways), so a mapping is
 written once; architectural differences are absorbed by those transforms, each described in its
-family's module. What every family shares is in `common`.
+family's module. What every family shares: `weight_table` (tables and the transfer), `targets`
+(`Target`) and `reference_config` (config fields, activation names).
 """
 
 from __future__ import annotations
@@ -27,7 +28,7 @@ from torch import nn
 
 from ..base import TransformerModel
 from . import bart, bert, bloom, gpt2, llama, marian, t5, timm_vit
-from .common import Target
+from .targets import Target
 
 Converter = Callable[[nn.Module], TransformerModel]
 FAMILIES = (gpt2, llama, bloom, bert, t5, marian, bart, timm_vit)

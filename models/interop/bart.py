@@ -20,26 +20,9 @@ from torch import Tensor, nn
 
 from ..config import ArchConfig
 from ..encoder_decoder import EncoderDecoder
-from .common import (
-    UNKNOWN_TOKEN_IDS,
-    Pair,
-    Ref,
-    Target,
-    Transform,
-    block,
-    export,
-    heads_shared_by_all,
-    hf_activation,
-    hf_activation_name,
-    load,
-    module,
-    renamed,
-    shared,
-    stack_depths,
-    stacked,
-    tensor,
-    unsupported,
-)
+from .reference_config import UNKNOWN_TOKEN_IDS, hf_activation, hf_activation_name, renamed, stack_depths, unsupported
+from .targets import Target, heads_shared_by_all
+from .weight_table import Pair, Ref, Transform, block, export, load, module, shared, stacked, tensor
 
 REFERENCE = "BartForConditionalGeneration"
 # ArchConfig field -> BartConfig / MarianConfig field, for the fields that only change name

@@ -11,24 +11,9 @@ from torch import nn
 
 from ..bert import BertMLM
 from ..config import ArchConfig
-from .common import (
-    Pair,
-    Ref,
-    Target,
-    Transform,
-    block,
-    export,
-    heads_shared_by_all,
-    hf_activation,
-    hf_activation_name,
-    load,
-    module,
-    renamed,
-    shared,
-    stacked,
-    tensor,
-    unsupported,
-)
+from .reference_config import hf_activation, hf_activation_name, renamed, unsupported
+from .targets import Target, heads_shared_by_all
+from .weight_table import Pair, Ref, Transform, block, export, load, module, shared, stacked, tensor
 
 REFERENCE = "BertForMaskedLM"
 # ArchConfig field -> BertConfig field, for the fields that only change name

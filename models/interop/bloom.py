@@ -11,22 +11,9 @@ from torch import Tensor, nn
 
 from ..config import ArchConfig
 from ..gpt import GPT
-from .common import (
-    UNKNOWN_TOKEN_IDS,
-    Pair,
-    Ref,
-    Target,
-    Transform,
-    block,
-    export,
-    heads_shared_by_all,
-    load,
-    module,
-    renamed,
-    shared,
-    tensor,
-    unsupported,
-)
+from .reference_config import UNKNOWN_TOKEN_IDS, renamed, unsupported
+from .targets import Target, heads_shared_by_all
+from .weight_table import Pair, Ref, Transform, block, export, load, module, shared, tensor
 
 REFERENCE = "BloomForCausalLM"
 # ArchConfig field -> BloomConfig field, for the fields that only change name

@@ -10,25 +10,9 @@ from torch import nn
 
 from ..config import ArchConfig
 from ..gpt import GPT
-from .common import (
-    IDENTITY,
-    TRANSPOSED,
-    UNKNOWN_TOKEN_IDS,
-    Pair,
-    Ref,
-    Target,
-    block,
-    export,
-    heads_shared_by_all,
-    hf_activation,
-    hf_activation_name,
-    load,
-    module,
-    renamed,
-    shared,
-    tensor,
-    unsupported,
-)
+from .reference_config import UNKNOWN_TOKEN_IDS, hf_activation, hf_activation_name, renamed, unsupported
+from .targets import Target, heads_shared_by_all
+from .weight_table import IDENTITY, TRANSPOSED, Pair, Ref, block, export, load, module, shared, tensor
 
 REFERENCE = "GPT2LMHeadModel"
 # ArchConfig field -> GPT2Config field, for the fields that only change name

@@ -11,24 +11,9 @@ from torch import nn
 
 from ..config import ArchConfig
 from ..gpt import GPT
-from .common import (
-    UNKNOWN_TOKEN_IDS,
-    Pair,
-    Ref,
-    Target,
-    block,
-    export,
-    hf_activation,
-    hf_activation_name,
-    load,
-    module,
-    nonzero,
-    renamed,
-    shared,
-    stacked,
-    tensor,
-    unsupported,
-)
+from .reference_config import UNKNOWN_TOKEN_IDS, hf_activation, hf_activation_name, renamed, unsupported
+from .targets import Target
+from .weight_table import Pair, Ref, block, export, load, module, nonzero, shared, stacked, tensor
 
 REFERENCE = "LlamaForCausalLM"
 # ArchConfig field -> LlamaConfig field, for the fields that only change name

@@ -15,7 +15,9 @@ from ..config import ArchConfig
 from ..encoder_decoder import EncoderDecoder
 from ..positional import sinusoidal_table
 from . import bart
-from .common import Computed, Pair, Target, export, load, unsupported
+from .reference_config import unsupported
+from .targets import Target
+from .weight_table import Computed, Pair, export, load
 
 REFERENCE = "MarianMTModel"
 LAYOUT = "halves"  # MarianSinusoidalPositionalEmbedding: sines in the first half, cosines in the second

@@ -13,26 +13,9 @@ from torch import nn
 
 from ..config import GATED_ACTIVATIONS, ArchConfig
 from ..encoder_decoder import EncoderDecoder
-from .common import (
-    IDENTITY,
-    Pair,
-    Ref,
-    Target,
-    block,
-    export,
-    heads_shared_by_all,
-    hf_activation,
-    hf_activation_name,
-    load,
-    module,
-    renamed,
-    scaled,
-    shared,
-    stack_depths,
-    stacked,
-    tensor,
-    unsupported,
-)
+from .reference_config import hf_activation, hf_activation_name, renamed, stack_depths, unsupported
+from .targets import Target, heads_shared_by_all
+from .weight_table import IDENTITY, Pair, Ref, block, export, load, module, scaled, shared, stacked, tensor
 
 REFERENCE = "T5ForConditionalGeneration"
 # ArchConfig field -> T5Config field, for the fields that only change name

@@ -16,19 +16,9 @@ from torch import nn
 
 from ..config import ArchConfig
 from ..vit import ViT
-from .common import (
-    Pair,
-    Target,
-    Transform,
-    block,
-    export,
-    heads_shared_by_all,
-    load,
-    module,
-    nonzero,
-    tensor,
-    unsupported,
-)
+from .reference_config import unsupported
+from .targets import Target, heads_shared_by_all
+from .weight_table import Pair, Transform, block, export, load, module, nonzero, tensor
 
 REFERENCE = "VisionTransformer"
 ENTRY_POINT = "vit_base_patch16_224"  # any timm ViT entry point: the exported arguments override all its settings

@@ -6,8 +6,10 @@ import numpy as np
 import pytest
 import torch
 
-from datamodules.images import IMAGE_DATASETS, ImageDataModule, ImageDatasetName, TrainRecipe
-from models.config import ConfigError
+from datamodules.image_datasets import IMAGE_DATASETS, ImageDatasetName
+from datamodules.image_recipe import TrainRecipe
+from datamodules.images import ImageDataModule
+from contract.errors import ConfigError
 
 
 def test_registry_matches_literal() -> None:
@@ -118,7 +120,7 @@ def test_posterize_to_zero_bits_gives_black() -> None:
     """timm's 'inc1' posterize reaches 0 bits, which Pillow 13 refuses; the recipe keeps Pillow's old black."""
     from PIL import Image
 
-    from datamodules.images import _posterize
+    from datamodules.image_recipe import _posterize
 
     image = Image.fromarray(np.full((4, 4), 200, dtype=np.uint8))
     assert np.asarray(_posterize(image, 0)).max() == 0

@@ -541,14 +541,15 @@ def test_registry_covers_the_eight_references():
 
 
 def test_one_module_per_reference_family():
-    """models/interop/ holds a module per family (besides the shared `common`), each registered
-    under the reference class it converts."""
+    """models/interop/ holds a module per family (besides the shared `weight_table`, `targets` and
+    `reference_config`), each registered under the reference class it converts."""
     import importlib
     import pkgutil
 
     import models.interop as interop
 
-    names = [m.name for m in pkgutil.iter_modules(interop.__path__) if m.name != "common"]
+    shared = {"weight_table", "targets", "reference_config"}
+    names = [m.name for m in pkgutil.iter_modules(interop.__path__) if m.name not in shared]
     families = [importlib.import_module(f"models.interop.{name}") for name in names]
     assert {family.REFERENCE: family.convert for family in families} == CONVERTERS
 

@@ -9,7 +9,7 @@ import torch
 from PIL import Image
 
 from datamodules import ImageDataModule, TextDataModule, TranslationDataModule
-from datamodules.predict import read_lines, text_prompts
+from datamodules.predict_inputs import read_lines, text_prompts
 from datamodules.tokenization import MASK_ID, BPETokenizer, CharTokenizer, WordTokenizer, encode_marked, load_tokenizer
 
 TEXT = "The quick brown fox jumps over the lazy dog.\nPack my box with five dozen liquor jugs!\n" * 20

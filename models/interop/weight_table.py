@@ -1,6 +1,4 @@
-"""What every family shares: its weight table and the transfer that reads it in either direction,
-the config fields that only change name, the export registry's `Target`, and transformers'
-activation names.
+"""A family's weight table and the transfer that reads it in either direction.
 
 A family's table is one list of `Pair`s, each a suite state-dict key, the reference key(s) it is
 made of and a `Transform` with both directions, so `from_reference` and `to_reference` read the
@@ -19,7 +17,6 @@ import torch
 from torch import Tensor, nn
 
 from ..base import TransformerModel
-from ..config import ArchConfig
 
 
 @dataclass(frozen=True)
@@ -189,103 +186,6 @@ def nonzero(model: nn.Module, *suffixes: str) -> bool:
     return any(p.any() for name, p in model.named_parameters() if name.endswith(suffixes))
 
 
-Allowed = tuple | Callable[[ArchConfig], tuple]
-
-
-@dataclass(frozen=True)
-class Target:
-    """A reference that suite models of class `suite` export to when their config has `settings`.
-
-    Args:
-        library: the reference, as errors name it ("transformers GPT2LMHeadModel").
-        suite: the suite model class it exports.
-        settings: `ArchConfig` field -> the values the reference can express (or a function of the
-            config giving them); the fields not listed either map to any value or change training only.
-        export: builds the reference from a suite model whose settings match.
-    """
-
-    library: str
-    suite: type[TransformerModel]
-    settings: dict[str, Allowed]
-    export: Callable[[TransformerModel], nn.Module]
-
-    def mismatches(self, cfg: ArchConfig) -> list[str]:
-        """One phrase per setting of `cfg` that this reference cannot express."""
-        found = []
-        for name, allowed in self.settings.items():
-            values = allowed(cfg) if callable(allowed) else allowed
-            if getattr(cfg, name) not in values:
-                choices = " or ".join(repr(v) for v in values)
-                found.append(f"{name}={getattr(cfg, name)!r} has no equivalent in {self.library} (it has {choices})")
-        return found
-
-
-def heads_shared_by_all(cfg: ArchConfig) -> tuple:
-    """The `n_kv_heads` of plain multi-head attention."""
-    return (None, cfg.n_heads)
-
-
-# a transformers decoder config's special ids: the suite's vocabulary is the data's, so they are unknown
-# here (the defaults would name ids of another vocabulary); the export command sets them from the run
-UNKNOWN_TOKEN_IDS = dict(bos_token_id=None, eos_token_id=None)
-
-# transformers' ACT2FN names of GELU -> our `gelu_approximate` (all tanh variants are one formula)
-HF_GELU = {
-    "gelu": "none",
-    "gelu_python": "none",
-    "gelu_new": "tanh",
-    "gelu_fast": "tanh",
-    "gelu_accurate": "tanh",
-    "gelu_pytorch_tanh": "tanh",
-    "gelu_python_tanh": "tanh",
-}
-# the other way, the ACT2FN name computing exactly our function (torch's own GELU kernels)
-HF_GELU_NAMES = {"none": "gelu", "tanh": "gelu_pytorch_tanh"}
-assert all(HF_GELU[name] == approximate for approximate, name in HF_GELU_NAMES.items())
-
-
-def hf_activation(name: str, gated: bool = False) -> dict:
-    """A transformers activation name -> ArchConfig's `activation` and `gelu_approximate`."""
-    if name in HF_GELU:
-        return dict(activation="geglu" if gated else "gelu", gelu_approximate=HF_GELU[name])
-    if name == "relu" and not gated:
-        return dict(activation="relu")
-    if name in ("silu", "swish"):
-        return dict(activation="swiglu" if gated else "silu")
-    kind = "gated " if gated else ""
-    raise ValueError(
-        f"cannot convert: {kind}activation {name!r} has no suite equivalent (relu, gelu, silu, swiglu, geglu)"
-    )
-
-
-def hf_activation_name(cfg: ArchConfig) -> str:
-    """ArchConfig's `activation` -> the transformers name of its (gate) activation; the inverse of
-    `hf_activation`."""
-    if cfg.activation in ("gelu", "geglu"):
-        return HF_GELU_NAMES[cfg.gelu_approximate]
-    return {"relu": "relu", "silu": "silu", "swiglu": "silu"}[cfg.activation]
-
-
-def renamed(config, names: dict[str, str], to_suite: bool) -> dict:
-    """The config fields that only change name between the two sides: `names` maps an `ArchConfig`
-    field to the reference config's; read from the reference config (`to_suite`) or the `ArchConfig`."""
-    if to_suite:
-        return {ours: getattr(config, theirs) for ours, theirs in names.items()}
-    return {theirs: getattr(config, ours) for ours, theirs in names.items()}
-
-
-def stack_depths(encoder: int, decoder: int) -> dict:
-    """An encoder-decoder reference's depths as ArchConfig fields: `n_layers` is the encoder's, and
-    `n_decoder_layers` is set only where the decoder's differs (so a symmetric model reads as before)."""
-    return dict(n_layers=encoder, n_decoder_layers=None if decoder == encoder else decoder)
-
-
 def shared(a: Tensor, b: Tensor) -> bool:
     """Tied weights: the same storage."""
     return a.shape == b.shape and a.data_ptr() == b.data_ptr()
-
-
-def unsupported(condition: bool, what: str) -> None:
-    """Raises the converters' ValueError naming `what` when `condition` holds."""
-    if condition:
-        raise ValueError(f"cannot convert: {what} has no equivalent in the suite models")

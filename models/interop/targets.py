@@ -1,0 +1,48 @@
+"""The export registry's entry: a reference a suite model class exports to, and the `ArchConfig`
+settings it can express, so `to_reference` picks the reference whose settings a model matches and
+names every one that has no equivalent."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from torch import nn
+
+from ..base import TransformerModel
+from ..config import ArchConfig
+
+Allowed = tuple | Callable[[ArchConfig], tuple]
+
+
+@dataclass(frozen=True)
+class Target:
+    """A reference that suite models of class `suite` export to when their config has `settings`.
+
+    Args:
+        library: the reference, as errors name it ("transformers GPT2LMHeadModel").
+        suite: the suite model class it exports.
+        settings: `ArchConfig` field -> the values the reference can express (or a function of the
+            config giving them); the fields not listed either map to any value or change training only.
+        export: builds the reference from a suite model whose settings match.
+    """
+
+    library: str
+    suite: type[TransformerModel]
+    settings: dict[str, Allowed]
+    export: Callable[[TransformerModel], nn.Module]
+
+    def mismatches(self, cfg: ArchConfig) -> list[str]:
+        """One phrase per setting of `cfg` that this reference cannot express."""
+        found = []
+        for name, allowed in self.settings.items():
+            values = allowed(cfg) if callable(allowed) else allowed
+            if getattr(cfg, name) not in values:
+                choices = " or ".join(repr(v) for v in values)
+                found.append(f"{name}={getattr(cfg, name)!r} has no equivalent in {self.library} (it has {choices})")
+        return found
+
+
+def heads_shared_by_all(cfg: ArchConfig) -> tuple:
+    """The `n_kv_heads` of plain multi-head attention."""
+    return (None, cfg.n_heads)
