@@ -12,7 +12,7 @@ Not written: the tokenizer (the suite's vocabulary is its DataModule's).
 
 A LoRA run is exported with its updates merged into the base weights (exact up to float rounding), so
 either format is a plain model. `--format suite` writes the suite's own plain model instead
-(`DIR/model.pt`: `{"state_dict", "arch"}`, `lit_modules.finetune.export_merged`), which loads with
+(`DIR/model.pt`: `{"state_dict", "arch"}`, `export_merged`), which loads with
 `--model.init_from DIR/model.pt` into a run of the same architecture without PEFT. Adapters cannot merge
 (a nonlinear bottleneck), so an adapter run exports in neither format.
 
@@ -32,6 +32,7 @@ import inspect
 import logging
 import pickle
 import sys
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 from unittest import mock
@@ -40,10 +41,10 @@ import torch
 import yaml
 from lightning.pytorch import LightningDataModule, Trainer
 from lightning.pytorch.cli import LightningCLI
+from torch import nn
 
 from lit_modules.base import TaskModule
 from lit_modules.cli import cli_main
-from lit_modules.finetune import export_merged
 from models.config import ConfigError
 from models.interop import to_reference
 from models.peft import has_lora, merge_lora
@@ -127,6 +128,19 @@ def write(reference: Any, out: Path, task: TaskModule, datamodule: LightningData
 
     save_for_hf(reference, out, safe_serialization=True, data_config=timm_data_config(datamodule))
     return f'import timm; timm.create_model("local-dir:{out}", pretrained=True)'
+
+
+def export_merged(model: nn.Module, path: str | Path) -> Path:
+    """Writes `model` with LoRA merged as a plain model's weights (`{"state_dict", "arch"}`), loadable with
+    `load_state_dict` into a model built from `arch`, or as `--model.init_from`. Adapters cannot merge (a
+    nonlinear bottleneck): exporting them is an error. The model passed in is left as it is."""
+    if any(hasattr(m, "adapter") for m in model.modules()):
+        raise ConfigError("model.peft.method: adapter weights cannot merge into the base model; export LoRA runs")
+    plain = merge_lora(copy.deepcopy(model))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"state_dict": plain.state_dict(), "arch": asdict(plain.cfg)}, path)
+    return path
 
 
 def main(argv: list[str]) -> int:
