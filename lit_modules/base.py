@@ -22,7 +22,7 @@ from models.peft import PeftConfig, trainable_parameters
 
 from .int8 import Quantize, quantize_model
 from .optim import OptimConfig, build_optimizer
-from .predict import PredictionWriter, short
+from .prediction_writer import PredictionWriter, short
 from .run_folder import evaluated_run
 from .tokenizer_check import check_tokenizer
 

@@ -7,7 +7,7 @@ import json
 
 from experiments import samples
 from experiments.sweep import command as sweep
-from lit_modules.predict import PREDICTIONS_FILE
+from lit_modules.prediction_writer import PREDICTIONS_FILE
 
 CELLS = ("pos_encoding=alibi", "pos_encoding=rope")
 
