@@ -21,7 +21,7 @@ TOOLS = {
     "sweep": "experiments.sweep.command",
     "report": "experiments.analysis.report",
     "bench": "experiments.bench",
-    "export": "lit_modules.export",
+    "export": "tools.export",
     "samples": "experiments.samples",
 }
 

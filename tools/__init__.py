@@ -1,0 +1,1 @@
+"""The command-line tools that `cli.py` dispatches to: sweep, report, bench, export, samples."""
