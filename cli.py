@@ -21,7 +21,7 @@ TOOLS = {
     "sweep": "tools.sweep",
     "report": "tools.report",
     "bench": "experiments.bench",
-    "export": "lit_modules.export",
+    "export": "tools.export",
     "samples": "tools.samples",
 }
 

@@ -20,9 +20,9 @@ from models.config import IGNORE_INDEX, ConfigError
 from models.finetune import FreezePolicy, load_weights, read_weights, set_trainable
 from models.peft import PeftConfig, trainable_parameters
 
-from .finetune import Quantize, quantize_model
+from .int8 import Quantize, quantize_model
 from .optim import OptimConfig, build_optimizer
-from .predict import PredictionWriter, short
+from .prediction_writer import PredictionWriter, short
 from .run_folder import evaluated_run
 from .tokenizer_check import check_tokenizer
 

@@ -17,7 +17,7 @@ from models.config import IGNORE_INDEX, ConfigError
 
 from .base import TaskModule
 from .optim import OptimConfig
-from .predict import Generation, datamodule_attr
+from .prediction_writer import Generation, datamodule_attr
 
 
 class ExactMatchByLength(Metric):

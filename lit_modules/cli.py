@@ -66,6 +66,16 @@ class SuiteArgumentParser(LightningArgumentParser):
         super().__init__(*args, **kwargs)
 
 
+# The private LightningCLI methods SuiteCLI overrides, with the parameters each override was written for.
+# Private methods may change in any release: requirements.txt pins the Lightning versions they are known in,
+# and tests/lit_modules/test_cli_private_api.py names the method whose installed signature differs.
+PRIVATE_OVERRIDES: dict[str, tuple[str, ...]] = {
+    "_parse_ckpt_path": ("self",),
+    "_run_subcommand": ("self", "subcommand"),
+    "_instantiate_trainer": ("self", "config", "callbacks"),
+}
+
+
 class SuiteCLI(LightningCLI):
     def add_arguments_to_parser(self, parser) -> None:
         # Linked when the DataModule is built (the vocabulary exists only then); the same link
@@ -81,6 +91,8 @@ class SuiteCLI(LightningCLI):
             words = _words(args)
             raise ConfigError(explain_parse_error(err, lambda where, cls: self._known_keys(words, where, cls))) from err
 
+    # private (PRIVATE_OVERRIDES): known to work with Lightning 2.6.0-2.6.6; added in 2.5.5, but before 2.6.0
+    # it failed on a subclass-mode model's hyperparameters, which every suite checkpoint has
     def _parse_ckpt_path(self) -> None:
         # Lightning re-parses a checkpoint's hyperparameters here, expecting a parser that exits
         try:
@@ -91,6 +103,8 @@ class SuiteCLI(LightningCLI):
 
     def _known_keys(self, words: list[str], where: str, class_path: str | None) -> list[str]:
         """Every key of the (sub)command the words name, and of the class at `where` (`model`, `data`)."""
+        # `_subcommand_parsers` is LightningCLI's private attribute (the same in 2.5.0-2.6.6); without it,
+        # the top-level parser's keys
         subcommand = next((w for w in words if w in SUBCOMMANDS), None)
         parser = getattr(self, "_subcommand_parsers", {}).get(subcommand, self.parser)
         nested = [f"{where}.{key}" for key in class_keys(class_path)] if where and class_path else []
@@ -114,6 +128,7 @@ class SuiteCLI(LightningCLI):
                 raise
             raise error from err
 
+    # private (PRIVATE_OVERRIDES): known to work with Lightning 2.6.0-2.6.6 (the same signature since 2.5.0)
     def _run_subcommand(self, subcommand: str) -> None:
         # Some DataModules read (and check) their files only in prepare_data/setup; what a DataModule
         # raises there is the user's to fix (a missing or corrupt file). Any other error keeps its traceback.
@@ -125,6 +140,7 @@ class SuiteCLI(LightningCLI):
                 raise
             raise error from err
 
+    # private (PRIVATE_OVERRIDES): known to work with Lightning 2.6.0-2.6.6 (the same signature since 2.5.0)
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list) -> pl.Trainer:
         # Lightning draws a live bar unless a ProgressBar is among the callbacks; in a log file its
         # redraws are thousands of partial lines, so there LineProgress takes its place. Chosen here,

@@ -1,54 +1,34 @@
-"""`cli.py export`: a trained run as the equivalent transformers / timm model, saved the library's way.
+"""A trained run as a model to take elsewhere: its task module rebuilt from the run's config.yaml with a
+checkpoint's weights, written as the equivalent transformers / timm model (`reference_model`,
+`write_reference`) or as the suite's own plain model with LoRA merged (`export_merged`).
+`tools/export.py` is its command line, `cli.py export`.
 
-    python cli.py export --config RUN/config.yaml --ckpt_path RUN/checkpoints/X.ckpt --out DIR [--format suite]
-
-The run's `config.yaml` goes through the suite's own parser (`cli_main(run=False)`), which builds the
-task module and its DataModule as the run did (vocabulary size, sequence length); the checkpoint's
-weights are loaded into it with `weights_only=True` (tensors and plain containers, never code);
-`models.interop.to_reference` makes the reference model, and it is written with transformers'
-`save_pretrained` or timm's `save_for_hf` (safetensors weights and timm's config.json), so it opens
-with `<Class>.from_pretrained(DIR)` or `timm.create_model("local-dir:DIR", pretrained=True)`.
-Not written: the tokenizer (the suite's vocabulary is its DataModule's).
-
-A LoRA run is exported with its updates merged into the base weights (exact up to float rounding), so
-either format is a plain model. `--format suite` writes the suite's own plain model instead
-(`DIR/model.pt`: `{"state_dict", "arch"}`, `lit_modules.finetune.export_merged`), which loads with
-`--model.init_from DIR/model.pt` into a run of the same architecture without PEFT. Adapters cannot merge
-(a nonlinear bottleneck), so an adapter run exports in neither format.
-
-The run's trainer settings (devices, precision, strategy) are not needed, so a GPU run exports on a
-CPU-only machine; a compiled run's checkpoint loads as well.
-
-Exit status: 0; 1 when the model has no equivalent reference (the message names every setting) or
-an adapter run asks for a merged model;
-2 for a missing file, a checkpoint that does not fit the config, or a missing reference library.
+The config goes through the suite's own parser (`cli_main(run=False)`), which builds the task module and
+its DataModule as the run did (vocabulary size, sequence length); the run's trainer settings (devices,
+precision, strategy) are replaced, so a GPU run is rebuilt on a CPU-only machine.
 """
 
 from __future__ import annotations
 
-import argparse
 import copy
 import inspect
 import logging
-import pickle
-import sys
+import warnings
+from dataclasses import asdict
 from pathlib import Path
 from typing import Any
-from unittest import mock
 
 import torch
 import yaml
 from lightning.pytorch import LightningDataModule, Trainer
 from lightning.pytorch.cli import LightningCLI
+from torch import nn
 
+from contract.errors import ConfigError
 from lit_modules.base import TaskModule
 from lit_modules.cli import cli_main
-from lit_modules.finetune import export_merged
-from models.config import ConfigError
 from models.interop import to_reference
 from models.peft import has_lora, merge_lora
-
-SUITE_MODEL_FILE = "model.pt"
 
 # the Trainer the parser builds alongside is never run: it must not need the run's devices (a GPU run
 # exports on a CPU-only machine)
@@ -79,8 +59,10 @@ def build_run(config: Path) -> tuple[TaskModule, LightningDataModule]:
     for log in quiet:  # the Trainer built alongside reports its devices: noise for an export
         log.setLevel(logging.WARNING)
     try:
-        # the parser reads `args` only: this process's own arguments are the export's
-        with mock.patch.object(sys, "argv", sys.argv[:1]):
+        with warnings.catch_warnings():
+            # LightningCLI warns when it is given `args` in a process that has command-line words of its
+            # own: those are the export's (`cli.py export --config ...`), and only `args` is parsed
+            warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended", category=UserWarning)
             cli = cli_main(["--config", parse_run_config(config), *TRAINER_OVERRIDES], run=False)
     finally:
         for log, level in zip(quiet, levels):
@@ -92,6 +74,12 @@ def load_weights(task: TaskModule, checkpoint: dict[str, Any]) -> None:
     """A Lightning checkpoint's weights into `task`, strictly (a compiled run's keys carry `_orig_mod.`)."""
     state = checkpoint["state_dict"]
     task.load_state_dict({key.replace("._orig_mod.", ".", 1): value for key, value in state.items()})
+
+
+def reference_model(model: nn.Module) -> nn.Module:
+    """`models.interop.to_reference` of `model` with LoRA merged (a reference has no LoRA); `model` is left
+    as it is. Raises ValueError naming every setting no reference has, ImportError without its library."""
+    return to_reference(merge_lora(copy.deepcopy(model)) if has_lora(model) else model)
 
 
 def set_token_ids(reference: Any, data_info: dict[str, Any]) -> None:
@@ -116,8 +104,9 @@ def timm_data_config(datamodule: LightningDataModule) -> dict[str, Any] | None:
     return {"mean": tuple(m * ratio for m in spec.mean), "std": tuple(s * ratio for s in spec.std), "crop_pct": 1.0}
 
 
-def write(reference: Any, out: Path, task: TaskModule, datamodule: LightningDataModule) -> str:
-    """Writes `reference` to `out` with its library's own saver; returns how to load it back."""
+def write_reference(reference: Any, out: Path, task: TaskModule, datamodule: LightningDataModule) -> str:
+    """Writes `reference` to `out` with its library's own saver (transformers' `save_pretrained`, timm's
+    `save_for_hf`: safetensors weights and config.json); returns how to load it back."""
     if hasattr(reference, "save_pretrained"):  # transformers
         set_token_ids(reference, task.data_info)
         reference.save_pretrained(out)
@@ -129,62 +118,14 @@ def write(reference: Any, out: Path, task: TaskModule, datamodule: LightningData
     return f'import timm; timm.create_model("local-dir:{out}", pretrained=True)'
 
 
-def main(argv: list[str]) -> int:
-    parser = argparse.ArgumentParser(prog="cli.py export", description=__doc__.splitlines()[0])
-    parser.add_argument("--config", type=Path, required=True, help="the run's config.yaml")
-    parser.add_argument("--ckpt_path", type=Path, required=True, help="a checkpoint of that run")
-    parser.add_argument("--out", type=Path, required=True, help="the folder to write the model to")
-    parser.add_argument(
-        "--format",
-        choices=("reference", "suite"),
-        default="reference",
-        help="reference: the transformers/timm equivalent; suite: the suite's plain model (LoRA merged), model.pt",
-    )
-    args = parser.parse_args(argv)
-    for path in (args.config, args.ckpt_path):
-        if not path.is_file():
-            print(f"error: {path} not found", flush=True)
-            return 2
-    try:  # tensors and plain containers only: a checkpoint runs no code here
-        checkpoint = torch.load(args.ckpt_path, map_location="cpu", weights_only=True)
-    except (pickle.UnpicklingError, RuntimeError, EOFError) as error:
-        print(f"error: {args.ckpt_path} is not a checkpoint torch.load reads with weights_only=True ({error})")
-        return 2
-    task, datamodule = build_run(args.config)
-    task.init_from = None  # the checkpoint holds every weight; the run's starting point may be gone
-    task.prepare_model()  # a PEFT run's own parameters (LoRA, adapters), which its checkpoint holds
-    try:
-        load_weights(task, checkpoint)
-    except (RuntimeError, KeyError, TypeError) as error:
-        print(
-            f"error: {args.ckpt_path} does not fit the model of {args.config} ({error}); pass a checkpoint "
-            f"written by the run of that config",
-            flush=True,
-        )
-        return 2
-    if args.format == "suite":
-        try:
-            path = export_merged(task.base_model, args.out / SUITE_MODEL_FILE)
-        except ConfigError as error:
-            print(f"error: {error}", flush=True)
-            return 1
-        print(f"wrote the suite's plain {type(task.base_model).__name__} to {path}; load it with:")
-        hint = f"python cli.py fit --config {args.config} --model.init_from {path} --model.peft.method none"
-        print(f"  {hint}", flush=True)
-        return 0
-    model = task.base_model
-    if has_lora(model):
-        model = merge_lora(copy.deepcopy(model))
-    try:
-        reference = to_reference(model)
-    except ValueError as error:
-        print(f"error: {error}", flush=True)
-        return 1
-    except ImportError as error:  # transformers and timm are test requirements, not the suite's
-        print(f"error: {error}; exporting needs the reference's library: pip install -r requirements-test.txt")
-        return 2
-    args.out.mkdir(parents=True, exist_ok=True)
-    how = write(reference, args.out, task, datamodule)
-    print(f"wrote {type(reference).__module__.split('.')[0]} {type(reference).__name__} to {args.out}; load it with:")
-    print(f"  {how}", flush=True)
-    return 0
+def export_merged(model: nn.Module, path: str | Path) -> Path:
+    """Writes `model` with LoRA merged as a plain model's weights (`{"state_dict", "arch"}`), loadable with
+    `load_state_dict` into a model built from `arch`, or as `--model.init_from`. Adapters cannot merge (a
+    nonlinear bottleneck): exporting them is an error. The model passed in is left as it is."""
+    if any(hasattr(m, "adapter") for m in model.modules()):
+        raise ConfigError("model.peft.method: adapter weights cannot merge into the base model; export LoRA runs")
+    plain = merge_lora(copy.deepcopy(model))
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    torch.save({"state_dict": plain.state_dict(), "arch": asdict(plain.cfg)}, path)
+    return path

@@ -18,7 +18,7 @@ from models.vit import LearnedLayout, Pooling
 
 from .base import TaskModule
 from .optim import OptimConfig
-from .predict import check_top_k, listed, ranked
+from .prediction_writer import check_top_k, listed, ranked
 
 
 @dataclass(frozen=True)

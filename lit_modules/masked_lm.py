@@ -15,7 +15,7 @@ from models.config import IGNORE_INDEX, ConfigError
 
 from .base import TaskModule
 from .optim import OptimConfig
-from .predict import check_top_k, datamodule_attr, listed, ranked, short
+from .prediction_writer import check_top_k, datamodule_attr, listed, ranked, short
 
 
 @dataclass(frozen=True)

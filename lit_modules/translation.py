@@ -15,7 +15,7 @@ from models.config import IGNORE_INDEX, ConfigError
 
 from .base import TaskModule
 from .optim import OptimConfig
-from .predict import datamodule_attr
+from .prediction_writer import datamodule_attr
 
 
 def until_eos(tokens: list[int], eos_id: int) -> list[int]:

@@ -14,7 +14,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from lit_modules.finetune import quantize_model
+from lit_modules.int8 import quantize_model
 from models import GPT, BertMLM, EncoderDecoder, ViT
 
 from .common import Context

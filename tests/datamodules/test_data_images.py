@@ -6,10 +6,10 @@ import numpy as np
 import pytest
 import torch
 
+from contract.errors import ConfigError
 from datamodules.image_datasets import IMAGE_DATASETS, ImageDatasetName
 from datamodules.image_recipe import TrainRecipe
 from datamodules.images import ImageDataModule
-from contract.errors import ConfigError
 
 
 def test_registry_matches_literal() -> None:

@@ -21,7 +21,7 @@ from contract.run_folder import TOKENIZER_FILE
 from datamodules.text import TextDataModule
 from datamodules.tokenization import load_tokenizer
 from lit_modules import CausalLM, ImageClassifier, MaskedLM, Translation
-from lit_modules.predict import PREDICTIONS_FILE, Generation
+from lit_modules.prediction_writer import PREDICTIONS_FILE, Generation
 from models.config import ConfigError
 
 ROOT = Path(__file__).resolve().parents[2]

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 
-from lit_modules.predict import PREDICTIONS_FILE
+from lit_modules.prediction_writer import PREDICTIONS_FILE
 from tools import samples, sweep
 
 CELLS = ("pos_encoding=alibi", "pos_encoding=rope")

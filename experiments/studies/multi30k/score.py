@@ -27,7 +27,7 @@ from sacrebleu.metrics import BLEU, CHRF
 from contract.files import write_atomic
 from datamodules.download import DEFAULT_CACHE_DIR
 from datamodules.translation import DATASETS, read_aligned_lines
-from lit_modules.predict import PREDICTIONS_FILE
+from lit_modules.prediction_writer import PREDICTIONS_FILE
 
 OUTPUT = "bleu.md"
 # byte-level BPE's stand-ins for a space and a newline: in a hypothesis they mean tokens, not decoded text

@@ -1,4 +1,5 @@
-"""`cli.py predict`: the settings of GPT's sampling, and the writer of `predictions.jsonl`.
+"""`cli.py predict`: the writer of `predictions.jsonl`, the settings of GPT's sampling, and the helpers the
+task modules' `predict_step`s share (the k most likely ids, a record on one line).
 
 Each task module's `predict_step` returns one record per input (`index`, `input`, `output`, and what else
 its family has); the writer adds the settings and writes every record, in input order, to

@@ -3,6 +3,8 @@ library and compared with the trained suite model; the refusals and their exit s
 
 from __future__ import annotations
 
+import sys
+import warnings
 from pathlib import Path
 
 import pytest
@@ -11,6 +13,7 @@ import yaml
 
 import cli
 from datamodules.images import IMAGE_DATASETS
+from lit_modules.export import build_run
 
 transformers = pytest.importorskip("transformers")
 timm = pytest.importorskip("timm")
@@ -211,3 +214,15 @@ def test_adapter_run_cannot_export_merged(gpt_run, tmp_path, capsys):
     _, _, config, ckpt = _train("gpt", tmp_path / "run", "--model.peft.method", "adapter")
     assert _export(config, ckpt, tmp_path / "out", "--format", "suite") == 1
     assert "adapter weights cannot merge" in capsys.readouterr().out
+
+
+def test_the_run_is_built_from_its_config_alone(gpt_run, monkeypatch):
+    """Run as `cli.py export ...`, the process's own words are the export's: the run is parsed from its
+    config alone, and LightningCLI's warning about command-line words beside `args` is not shown."""
+    _, _, config, _ = gpt_run
+    monkeypatch.setattr(sys, "argv", ["cli.py", "export", "--config", str(config), "--out", "elsewhere"])
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        task, datamodule = build_run(config)
+    assert not [w for w in caught if "args parameter" in str(w.message)]
+    assert (type(task).__name__, type(datamodule).__name__) == ("CausalLM", "TextDataModule")
