@@ -20,7 +20,7 @@ from lit_modules.cli import cli_main
 TOOLS = {
     "sweep": "tools.sweep",
     "report": "tools.report",
-    "bench": "experiments.bench",
+    "bench": "tools.bench",
     "export": "tools.export",
     "samples": "tools.samples",
 }

@@ -29,6 +29,9 @@ RUNNING, DONE, DIVERGED, FAILED = get_args(RunStatus)
 FINISHED: tuple[RunStatus, ...] = (DONE, DIVERGED)  # a run in either state is never run again
 ENDED: tuple[RunStatus, ...] = (DONE, DIVERGED, FAILED)  # the statuses a ledger row can hold
 
+# `run.json`'s record of `cli.py test` on the run's checkpoint, and the prefix of the metrics it logs (test/*)
+TEST_STAGE = "test"
+
 # the sweep's folder: what runs write there is not a change of the code (`contract.git`)
 SWEEP_DIR_VAR = "SWEEP_DIR"
 # how a run shows progress: `lines` (one line per validation; what a sweep sets, so a run.log holds no bar

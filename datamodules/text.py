@@ -13,6 +13,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import BatchSampler, DataLoader, Dataset
 
+from contract.errors import ConfigError
 from datamodules.base import SuiteDataModule
 from datamodules.download import resolve, sha256_bytes
 from datamodules.predict_inputs import PROMPT_CHARS, collate_lists, encode_inputs, read_lines, text_prompts
@@ -21,17 +22,31 @@ from datamodules.tokenization import Tokenizer, TokenizerFields, build_tokenizer
 
 CorpusName = Literal["default", "tinyshakespeare", "wikitext2"]
 TextTokenizerName = Literal["char", "bpe"]
+# what `cli.py test` evaluates: `val`, the validation split (what runs before held-out splits measured, so
+# they keep meaning it); `held_out`, a test split no run selects on: the corpus' official one (WikiText-2),
+# else the second half of the validation text (the first half stays validation; training text is unchanged)
+TestSplit = Literal["val", "held_out"]
 
 TRAIN_FRACTION = 0.9  # contiguous split of corpora without an official validation split
 
 
 @dataclass(frozen=True)
 class Corpus:
-    """Raw text of a corpus' train and validation parts and the SHA-256 of the data they came from."""
+    """Raw text of a corpus' train and validation parts (and its official test part, if it has one) and the
+    SHA-256 of the data they came from."""
 
     train: str
     val: str
     sha256: str
+    test: str | None = None
+
+    def held_out(self) -> tuple[str, str]:
+        """(validation, test) text: the official test part, or the validation text cut in two contiguous
+        halves at a line boundary (lines are what the tokenizer encodes)."""
+        if self.test is not None:
+            return self.val, self.test
+        cut = self.val.find("\n", len(self.val) // 2) + 1 or len(self.val) // 2
+        return self.val[:cut], self.val[cut:]
 
 
 def _split(text: str, sha256: str) -> Corpus:
@@ -71,11 +86,11 @@ WIKITEXT2_SHA256 = "ef7edb566e3e2b2d31b29c1fdb0c89a4cc683597484c3dc2517919c61543
 
 
 def _load_wikitext2(data_dir: str | None, cache_dir: str) -> Corpus:
-    """WikiText-2 raw; uses its official train / valid files rather than a 90/10 split."""
+    """WikiText-2 raw; uses its official train / valid / test files rather than a 90/10 split."""
     path = resolve("wikitext2", "wikitext-2-raw-v1.zip", data_dir, cache_dir, WIKITEXT2_URL, WIKITEXT2_SHA256)
     with zipfile.ZipFile(path) as z:
-        train, val = (z.read(f"wikitext-2-raw/wiki.{s}.raw").decode("utf-8") for s in ("train", "valid"))
-    return Corpus(train, val, WIKITEXT2_SHA256)
+        train, val, test = (z.read(f"wikitext-2-raw/wiki.{s}.raw").decode("utf-8") for s in ("train", "valid", "test"))
+    return Corpus(train, val, WIKITEXT2_SHA256, test)
 
 
 CORPORA: dict[CorpusName, Callable[[str | None, str], Corpus]] = {
@@ -138,7 +153,9 @@ class _Tokenized:
     tokenizer: Tokenizer
     train_ids: Tensor  # (N_train,) long
     val_ids: Tensor  # (N_val,) long, the whole validation split
+    test_ids: Tensor | None  # (N_test,) long, the held-out test split; None with test_split "val"
     sha256: str
+    split_sha256: dict[str, str]  # of each split's text, as the run used it
 
 
 class TextDataModule(TokenizerFields, SuiteDataModule):
@@ -150,7 +167,8 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
     on 1 or N processes). ``val_dataloader`` (and ``test_dataloader``, the same) returns one loader
     per entry of ``eval_lengths``, each tiling the *same* validation tokens
     with non-overlapping windows of that length, so losses at different
-    lengths are over identical targets. ``seed`` seeds the training windows; ``data_dir`` holds the
+    lengths are over identical targets; ``test_dataloader`` does the same on the test split
+    (``test_split``). ``seed`` seeds the training windows; ``data_dir`` holds the
     corpus file (``input.txt`` / ``wikitext-2-raw-v1.zip``).
 
     ``predict_dataloader`` (``cli.py predict``) gives ``{"index", "text", "input_ids"}`` lists: the lines of
@@ -172,6 +190,10 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
             ``seq_len``) of 4 validation lines.
         tokenizer_file: a saved tokenizer (a run's ``tokenizer.json``) to use instead of fitting one on the
             training text: predicting or evaluating an old run with exactly its vocabulary.
+        test_split: what ``cli.py test`` evaluates: ``val`` (the validation split: runs before held-out
+            splits keep meaning what they measured) or ``held_out`` (WikiText-2's official test file; else
+            the second half of the validation text, the first half staying validation). Training text is
+            the same either way.
         **kwargs: ``seed``, ``num_workers``, ``data_dir``, ``cache_dir``: see :class:`SuiteDataModule`.
     """
 
@@ -187,6 +209,7 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
         train_batches_per_epoch: int = 1000,
         predict_file: str | None = None,
         tokenizer_file: str | None = None,
+        test_split: TestSplit = "val",
         **kwargs,
     ) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
@@ -195,6 +218,9 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
         self.eval_lengths = list(eval_lengths) if eval_lengths else [seq_len * k for k in (1, 2, 4, 8)]
         self.train_batches_per_epoch = train_batches_per_epoch
         self.predict_file, self.tokenizer_file = predict_file, tokenizer_file
+        if test_split not in get_args(TestSplit):
+            raise ConfigError(f"data.test_split={test_split!r} is not valid; choose one of {list(get_args(TestSplit))}")
+        self.test_split = test_split
 
     @cached_property
     def _corpus(self) -> Corpus:
@@ -217,8 +243,12 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
         def as_tensor(lines: list[str]) -> Tensor:
             return torch.tensor(list(chain.from_iterable(tok.encode_batch(lines))), dtype=torch.long)
 
-        val_lines = corpus.val.splitlines(keepends=True)
-        return _Tokenized(tok, as_tensor(train_lines), as_tensor(val_lines), corpus.sha256)
+        val, test = corpus.held_out() if self.test_split == "held_out" else (corpus.val, None)
+        texts = {"train": corpus.train, "val": val} | ({"test": test} if test is not None else {})
+        split_sha256 = {name: sha256_bytes(text.encode()) for name, text in texts.items()}
+        test_ids = None if test is None else as_tensor(test.splitlines(keepends=True))
+        return _Tokenized(tok, as_tensor(train_lines), as_tensor(val.splitlines(keepends=True)), test_ids,
+                          corpus.sha256, split_sha256)  # fmt: skip
 
     @property
     def data_checksum(self) -> str:
@@ -226,14 +256,27 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
         return self._data.sha256
 
     @property
+    def split_checksums(self) -> dict[str, str]:
+        """SHA-256 (hex) of each split's text (train, val and, held out, test): recorded in `run.json`."""
+        return self._data.split_sha256
+
+    @property
     def val_ids(self) -> Tensor:
         """The validation tokens every eval length sees: ``n + 1`` tokens, ``n`` of them predicted."""
-        ids = self._data.val_ids
+        return self._evaluated(self._data.val_ids, "validation")
+
+    @property
+    def test_ids(self) -> Tensor:
+        """The test tokens every eval length sees (the validation tokens with ``test_split: val``)."""
+        ids = self._data.test_ids
+        return self.val_ids if ids is None else self._evaluated(ids, "test")
+
+    def _evaluated(self, ids: Tensor, split: str) -> Tensor:
         step = math.lcm(*self.eval_lengths)
         n = min(self.val_tokens, len(ids) - 1) // step * step
         if n == 0:
             raise ValueError(
-                f"validation split has {len(ids)} tokens: too few for one window of every eval length "
+                f"{split} split has {len(ids)} tokens: too few for one window of every eval length "
                 f"{self.eval_lengths} (least common multiple {step})"
             )
         return ids[: n + 1]
@@ -261,7 +304,8 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
         return [self._eval_loader(FixedWindows(ids, length)) for length in self.eval_lengths]
 
     def test_dataloader(self) -> list[DataLoader]:
-        return self.val_dataloader()
+        ids = self.test_ids
+        return [self._eval_loader(FixedWindows(ids, length)) for length in self.eval_lengths]
 
     def predict_dataloader(self) -> DataLoader:
         if self.predict_file:

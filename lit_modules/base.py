@@ -162,6 +162,12 @@ class TaskModule(pl.LightningModule):
         if self.quantize != "none" and not self.trainer.state.fn == "fit":
             self.model = quantize_model(self.base_model, self.quantize, self.device)
 
+    @property
+    def eval_stage(self) -> str:
+        """The prefix of evaluation metrics: `test` under `cli.py test` (the data's test split), else `val`."""
+        trainer = self._trainer
+        return "test" if trainer is not None and trainer.testing else "val"
+
     def on_validation_start(self) -> None:
         self._quantize_for_evaluation()
 

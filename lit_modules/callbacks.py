@@ -14,9 +14,9 @@ import torch
 
 from contract.files import write_json_atomic
 from contract.git import git_commit
-from contract.run_folder import DIVERGED, DONE, RUN_JSON, RUNNING, SWEEP_DIR_VAR
+from contract.run_folder import DIVERGED, DONE, RUN_JSON, RUNNING, SWEEP_DIR_VAR, TEST_STAGE, read_run_json
 
-from .run_folder import run_dir
+from .run_folder import evaluated_run, run_dir
 from .tokenizer_check import check_tokenizer
 
 PACKAGES = ("torch", "torchvision", "lightning", "torchmetrics", "jsonargparse", "tokenizers", "tensorboard")
@@ -58,6 +58,9 @@ class RunMetadata(pl.Callback):
             "git_commit": git_commit(exclude=(self.dir, os.environ.get(SWEEP_DIR_VAR))),
             "packages": package_versions(),
             "data_checksum": getattr(datamodule, "data_checksum", None),
+            # each split's checksum and what `cli.py test` evaluates (text corpora; None elsewhere)
+            "data_splits": getattr(datamodule, "split_checksums", None),
+            "test_split": getattr(datamodule, "test_split", None),
             "threads": torch.get_num_threads(),
             "processes": trainer.world_size,
             **pl_module.model_stats(),
@@ -72,6 +75,24 @@ class RunMetadata(pl.Callback):
             self.info["status"] = DONE
         self.info["steps"] = trainer.global_step
         self._write(trainer)
+
+    def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        """`cli.py test` of a run's checkpoint records its test metrics, the split and the checkpoint in that
+        run's `run.json` (under `test`), so the sweep knows the run was evaluated and the ledger gets the
+        numbers. A test of no run's checkpoint changes nothing."""
+        run = evaluated_run(trainer)
+        if run is None or not trainer.is_global_zero:  # one writer; no collective below this line
+            return
+        datamodule = trainer.datamodule
+        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(f"{TEST_STAGE}/")}
+        tested = {
+            "checkpoint": Path(trainer.ckpt_path).name,
+            "step": trainer.global_step,
+            "test_split": getattr(datamodule, "test_split", None),
+            "data_splits": getattr(datamodule, "split_checksums", None),
+            "metrics": metrics,
+        }
+        write_json_atomic(run / RUN_JSON, read_run_json(run) | {TEST_STAGE: tested})
 
     def mark(self, trainer: pl.Trainer, **fields) -> None:
         self.info.update(fields)

@@ -110,13 +110,14 @@ class CausalLM(TaskModule):
     def on_validation_epoch_start(self) -> None:
         # every process makes every loader's metric, even one that gets no batch of it: their states
         # are summed over processes at the end
-        while len(self.val_loss) < len(self.trainer.num_val_batches):
+        loaders = self.trainer.num_test_batches if self.trainer.testing else self.trainer.num_val_batches
+        while len(self.val_loss) < len(loaders):
             self.val_loss.append(MeanMetric().to(self.device))
 
     def validation_step(self, batch: dict[str, torch.Tensor], batch_idx: int, dataloader_idx: int = 0) -> None:
         length = batch["input_ids"].shape[1]
         # fixed-length windows are named by their length; padded variable-length data is not
-        self.val_names.setdefault(dataloader_idx, None if "lengths" in batch else f"val/loss@{length}")
+        self.val_names.setdefault(dataloader_idx, None if "lengths" in batch else f"loss@{length}")
         if not self._fits(length):
             self.unfit.add(dataloader_idx)
             return
@@ -134,13 +135,13 @@ class CausalLM(TaskModule):
             return
         boundary = self.data_info.get("train_max_len")
         for n, value in scores.items():
-            self.log(f"val/exact_match@{n}", value)
-        self.log("val/exact_match", torch.stack(list(scores.values())).mean())
+            self.log(f"{self.eval_stage}/exact_match@{n}", value)
+        self.log(f"{self.eval_stage}/exact_match", torch.stack(list(scores.values())).mean())
         if boundary is not None:
             for name, keep in (("id", lambda n: n <= boundary), ("ood", lambda n: n > boundary)):
                 values = [v for n, v in scores.items() if keep(n)]
                 if values:
-                    self.log(f"val/exact_match_{name}", torch.stack(values).mean())
+                    self.log(f"{self.eval_stage}/exact_match_{name}", torch.stack(values).mean())
 
     def on_validation_epoch_end(self) -> None:
         # compute() syncs over processes, so every process calls it for every metric, in the same order
@@ -156,22 +157,27 @@ class CausalLM(TaskModule):
             if idx in self.unfit:
                 if self.trainer.global_step == 0:
                     warnings.warn(
-                        f"{self.val_names[idx]}: learned positions end at max_seq_len={self.max_positions}; "
-                        "logged as nan"
+                        f"{self.eval_stage}/{self.val_names[idx]}: learned positions end at "
+                        f"max_seq_len={self.max_positions}; logged as nan"
                     )
                 losses[idx] = torch.tensor(math.nan, device=self.device)
             if self.val_names.get(idx):
-                self.log(self.val_names[idx], losses[idx])
+                self.log(f"{self.eval_stage}/{self.val_names[idx]}", losses[idx])
         if losses:
             loss = losses[0]  # the first loader evaluates at the training length
-            self.log("val/loss", loss, prog_bar=True)
-            self.log("val/bpt", loss / math.log(2))
+            self.log(f"{self.eval_stage}/loss", loss, prog_bar=True)
+            self.log(f"{self.eval_stage}/bpt", loss / math.log(2))
             if 0 not in self.unfit:
-                self.log("val/ppl", ppl)
+                self.log(f"{self.eval_stage}/ppl", ppl)
         self.unfit.clear()
         self._log_exact_match(scores)
-        if self.trainer.is_global_zero:  # sampling calls no collective: only the process that logs samples
+        if self.trainer.is_global_zero and not self.trainer.testing:  # sampling calls no collective
             self._log_samples()
+
+    # `cli.py test`: the same evaluation on the data's test split, logged as test/* (`eval_stage`)
+    on_test_epoch_start = on_validation_epoch_start
+    test_step = validation_step
+    on_test_epoch_end = on_validation_epoch_end
 
     def _log_samples(self) -> None:
         tokenizer = getattr(self.trainer.datamodule, "tokenizer", None)

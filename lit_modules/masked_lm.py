@@ -116,8 +116,10 @@ class MaskedLM(TaskModule):
         loss = F.cross_entropy(logits.flatten(0, 1), labels.flatten(), ignore_index=IGNORE_INDEX)
         self.val_loss.update(loss, weight=(labels != IGNORE_INDEX).sum())
         self.val_acc.update(logits.flatten(0, 1), labels.flatten())
-        self.log("val/loss", self.val_loss, prog_bar=True, add_dataloader_idx=False)
-        self.log("val/acc", self.val_acc, add_dataloader_idx=False)
+        self.log(f"{self.eval_stage}/loss", self.val_loss, prog_bar=True, add_dataloader_idx=False)
+        self.log(f"{self.eval_stage}/acc", self.val_acc, add_dataloader_idx=False)
+
+    test_step = validation_step  # `cli.py test`: the same evaluation on the test split, logged as test/*
 
     def predict_step(self, batch: dict[str, list], batch_idx: int, dataloader_idx: int = 0) -> list[dict[str, Any]]:
         tokenizer = datamodule_attr(self, "tokenizer")

@@ -26,8 +26,9 @@ from contract.run_folder import FAILED, FINISHED
 from experiments.analysis.report import build_report
 from experiments.records.layout import LEDGER_NAME, REPORT_NAME, SUMMARY_DIR, SWEEP_INFO
 from experiments.records.ledger import Ledger
+from experiments.records.values import format_value
 from experiments.sweep.claims import describe, read_claim
-from experiments.sweep.expand import make_runs
+from experiments.sweep.expand import sweep_runs
 from experiments.sweep.launchers import LAUNCHERS, Launch
 from experiments.sweep.processes import terminate_as_interrupt
 from experiments.sweep.provenance import check_tree
@@ -37,6 +38,7 @@ from experiments.sweep.runs import Run, available_cores
 from experiments.sweep.same_sweep import check_same_sweep
 from experiments.sweep.spec import Spec, SpecError, load_spec
 from experiments.sweep.supersede import supersede
+from experiments.sweep.tuning import extension_rule, initial_points
 from experiments.sweep.validate import CheckedCell, check_spec
 
 
@@ -58,8 +60,8 @@ def choose_jobs(
     cores = available_cores()
     processes = max(c.shape.processes() for c in checked.values())
     todo = sum(
-        run.cell in args.rerun or plan(run, ledger, args.retry_failed) in ("start", "resume")
-        for run in make_runs(spec, checked, out_dir, {name: 1 for name in checked})
+        run.base_cell in args.rerun or plan(run, ledger, args.retry_failed) in ("start", "resume")
+        for run in sweep_runs(spec, checked, out_dir, {name: 1 for name in checked}, ledger)
     )
     jobs = auto_jobs(cores, processes, todo)
     threads = args.threads or threads_per_process(cores, jobs, processes)
@@ -73,7 +75,7 @@ def choose_jobs(
 
 def dry_run(args: argparse.Namespace, runs: list[Run], ledger: Ledger, parameters: dict[str, dict]) -> None:
     """Prints one shell line per run still to do (and, for SLURM, each cell's job parameters)."""
-    actions = [(run, "start" if run.cell in args.rerun else plan(run, ledger, args.retry_failed)) for run in runs]
+    actions = [(run, "start" if run.base_cell in args.rerun else plan(run, ledger, args.retry_failed)) for run in runs]
     shown = None
     for run, action in actions:
         if action not in ("start", "resume"):
@@ -132,7 +134,7 @@ def main(argv: list[str]) -> int:
         out_dir = (args.out or Path("runs") / spec.path.stem).resolve()
         check_same_sweep(out_dir, spec)
         check_tree(spec, out_dir, args.dry_run)
-        ledger = Ledger(out_dir / LEDGER_NAME, spec.axes)
+        ledger = Ledger(out_dir / LEDGER_NAME, spec.ledger_axes)
         if args.jobs == "auto":
             args.jobs = choose_jobs(args, spec, checked, ledger, out_dir)
         launcher = LAUNCHERS[args.launcher]
@@ -141,10 +143,14 @@ def main(argv: list[str]) -> int:
     except SpecError as err:
         print(f"error: {err}", file=sys.stderr)
         return 2
-    runs = make_runs(spec, checked, out_dir, threads)
+    runs = sweep_runs(spec, checked, out_dir, threads, ledger)
 
     if args.dry_run:
         dry_run(args, runs, ledger, parameters)
+        if spec.tune:
+            points = ", ".join(format_value(list(p)) for p in initial_points(spec.tune))
+            print(f"# tune: initial grid of {list(spec.tune.names)}: {points}", file=sys.stderr)
+            print(f"# tune: {extension_rule(spec.tune)}", file=sys.stderr)
         return 0
 
     if args.rerun:
@@ -155,14 +161,22 @@ def main(argv: list[str]) -> int:
             return 2
         if moved:
             print(f"moved the old runs of {', '.join(args.rerun)} to {_shown(moved)}")
+        runs = sweep_runs(spec, checked, out_dir, threads, ledger)  # a tuned cell searches again
     out_dir.mkdir(parents=True, exist_ok=True)
     write_json_atomic(out_dir / SWEEP_INFO, spec.snapshot())
     axis_values = {name: c.axis_values for name, c in checked.items()}
-    launch = Launch(runs, ledger, axis_values, args.jobs, args.retry_failed, out_dir, spec.launcher, parameters,
-                    warm=not args.no_warm)  # fmt: skip
     try:
         with terminate_as_interrupt():
-            launched = launcher.launch(launch)
+            while True:  # a tuned sweep: rounds, until the ledger calls for no run not yet launched
+                launch = Launch(runs, ledger, axis_values, args.jobs, args.retry_failed, out_dir, spec.launcher,
+                                parameters, warm=not args.no_warm)  # fmt: skip
+                launched = launcher.launch(launch)
+                if spec.tune is None or not launcher.waits:
+                    break
+                ledger.reload()
+                known, runs = {run.name for run in runs}, sweep_runs(spec, checked, out_dir, threads, ledger)
+                if {run.name for run in runs} <= known:
+                    break
     except KeyboardInterrupt:
         return 130
     except SpecError as err:  # the scheduler refused (no SLURM here, sbatch failed)

@@ -9,7 +9,7 @@ from typing import Any
 from contract.metrics import higher_is_better
 from contract.run_folder import DIVERGED, DONE, FAILED
 from experiments.analysis.stats import Comparison, Summary, paired_difference, summarize
-from experiments.records.ledger import Ledger, metric_sort_key
+from experiments.records.ledger import PHASE_COLUMN, SEARCH_PHASE, Ledger, metric_sort_key
 from experiments.records.values import format_value
 
 PARAMS_TOLERANCE = 0.05  # warn when cells' parameter counts differ by more than this fraction
@@ -95,6 +95,15 @@ class Analysis:
         return min(scored, key=lambda c: sign * c.summaries[metric].mean).name
 
 
+def main_metric(metrics: list[str], info: dict[str, Any]) -> str | None:
+    """What ranks the cells: a tuned sweep's selection metric on the test split (`val/loss` selects,
+    `test/loss` compares); otherwise `val/loss`, else the first validation metric."""
+    tuned = (info.get("tune") or {}).get("metric")
+    if tuned and tuned.replace("val/", "test/", 1) in metrics:
+        return tuned.replace("val/", "test/", 1)
+    return "val/loss" if "val/loss" in metrics else next((m for m in metrics if m.startswith("val/")), None)
+
+
 def analyse(ledger: Ledger, info: dict[str, Any]) -> Analysis:
     """Computes every cell's statistics from the ledger.
 
@@ -102,13 +111,15 @@ def analyse(ledger: Ledger, info: dict[str, Any]) -> Analysis:
         ledger: the runs.
         info: `sweep.json` (cell order, baseline, axes); {} for a bare ledger.
     """
+    # a tuned sweep's search runs choose each cell's values; its final runs are what the cells compare
+    compared = {key: row for key, row in ledger.rows.items() if row.get(PHASE_COLUMN) != SEARCH_PHASE}
     order = [c["name"] for c in info.get("cells", [])]
-    order += [cell for cell in dict.fromkeys(cell for cell, _ in ledger.rows) if cell not in order]
-    cells = [CellResult(name, [r for (c, _), r in ledger.rows.items() if c == name]) for name in order]
+    order += [cell for cell in dict.fromkeys(cell for cell, _ in compared) if cell not in order]
+    cells = [CellResult(name, [r for (c, _), r in compared.items() if c == name]) for name in order]
     cells = [c for c in cells if c.rows]
-    columns = {key for row in ledger.rows.values() for key in row}
-    metrics = sorted((k for k in columns if k.startswith("val/")), key=metric_sort_key)
-    main = "val/loss" if "val/loss" in metrics else (metrics[0] if metrics else None)
+    columns = {key for row in compared.values() for key in row}
+    metrics = sorted((k for k in columns if k.startswith(("val/", "test/"))), key=metric_sort_key)
+    main = main_metric(metrics, info)
     baseline = info.get("baseline") if info.get("baseline") in {c.name for c in cells} else None
     base_cell = next((c for c in cells if c.name == baseline), None)
     margins = {k: float(v) for k, v in (info.get("equivalence_margin") or {}).items()}

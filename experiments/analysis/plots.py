@@ -113,3 +113,43 @@ def length_curves(loss_by_cell: Mapping[str, Mapping[int, float]], path: Path, u
         _save(fig, path)
     plt.close(fig)
     return drawn
+
+
+def sensitivity_curves(
+    curves: Mapping[str, Mapping[float, Sequence[float]]], chosen: Mapping[str, float], key: str, metric: str,
+    path: Path,
+) -> bool:  # fmt: skip
+    """A tuned sweep's search: one line per cell, the mean over tune seeds at each searched value (log x),
+    a min–max band, and the value the cell chose marked. Diverged points (nan) are left out.
+
+    Returns:
+        Whether there was anything to plot (no file otherwise).
+    """
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    drawn = False
+    for cell, by_value in curves.items():
+        band = {x: [v for v in values if math.isfinite(v)] for x, values in by_value.items()}
+        band = {x: v for x, v in band.items() if v and len(v) == len(by_value[x])}
+        if not band:
+            continue
+        xs = list(band)
+        mean = [sum(v) / len(v) for v in band.values()]
+        (line,) = ax.plot(xs, mean, marker=".", label=cell)
+        if any(len(v) > 1 for v in band.values()):
+            ax.fill_between(xs, [min(v) for v in band.values()], [max(v) for v in band.values()],
+                            color=line.get_color(), alpha=0.2)  # fmt: skip
+        if chosen.get(cell) in band:
+            ax.plot([chosen[cell]], [mean[xs.index(chosen[cell])]], "o", color=line.get_color(), markersize=9)
+        drawn = True
+    if drawn:
+        ax.set_xscale("log")
+        ax.set_xlabel(key)
+        ax.set_ylabel(metric)
+        ax.set_title(f"Sensitivity: {metric} against {key} (● the value each cell chose)")
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _save(fig, path)
+    plt.close(fig)
+    return drawn

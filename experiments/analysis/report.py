@@ -19,6 +19,7 @@ from experiments.analysis.markdown_tables import metric_table, tables_markdown
 from experiments.analysis.report_csv import write_csv
 from experiments.analysis.stats import CONFIDENCE, EQUIVALENCE_TEST, PAIRED_TEST, POWER
 from experiments.analysis.tb_summary import write_summary
+from experiments.analysis.tuning_report import tuning_section
 from experiments.records.layout import LEDGER_NAME, REPORT_NAME, SWEEP_INFO
 from experiments.records.ledger import Ledger
 
@@ -69,6 +70,11 @@ def build_report(out_dir: Path) -> str:
     header = header_markdown(out_dir, info, ledger, analysis, code.lines)
     tables = tables_markdown(analysis)
     sections = [header, "## Results", tables]
+    if info.get("tune"):  # each cell's chosen values, bracketing, sensitivity and its curves
+        tuning, tuning_figures = tuning_section(out_dir, ledger, info)
+        sections.append(tuning)
+        figures += tuning_figures
+        tables += "\n\n" + tuning
     if figures:
         sections += ["## Plots"] + [f"### {caption}\n\n![{caption}]({path.as_posix()})" for caption, path in figures]
     markdown = "\n\n".join(sections)

@@ -1,4 +1,5 @@
-"""The suite's performance benchmark: `python cli.py bench [--smoke] [--out DIR] [--sections a,b]`.
+"""The suite's performance benchmark, run by `python cli.py bench [--smoke] [--out DIR] [--sections a,b]`
+(`tools/bench.py`).
 
 Sections (each a module of this package with `run(ctx) -> Section`):
   training    training-step tokens/s and MFU: suite GPT vs a plain reference and transformers GPT-2,
@@ -26,7 +27,6 @@ when a target failed.
 
 from __future__ import annotations
 
-import argparse
 import datetime
 import importlib
 import json
@@ -35,12 +35,12 @@ import sys
 import threading
 import time
 import traceback
-from dataclasses import asdict, replace
+from dataclasses import asdict
 from pathlib import Path
 
 import torch
 
-from .common import FULL, POSITIONAL_SCHEMES, SMOKE, Context
+from .common import Context, Settings
 from .tables import Section, Table, targets_table
 from .timing import load_average, machine_info, matmul_peak_flops
 
@@ -60,42 +60,6 @@ SECTIONS = {
     "quantize": "experiments.bench.quantize",
 }
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"  # experiments/bench/results/, as documented
-
-
-def parse_args(argv: list[str]) -> argparse.Namespace:
-    parser = argparse.ArgumentParser(prog="cli.py bench", description=__doc__.split("\n\n")[0])
-    parser.add_argument("--smoke", action="store_true", help="tiny shapes, one repetition (checks that it runs)")
-    parser.add_argument("--out", type=Path, default=DEFAULT_OUT, help=f"results folder (default {DEFAULT_OUT})")
-    parser.add_argument(
-        "--sections",
-        type=lambda text: [w.strip() for w in text.split(",") if w.strip()],
-        default=list(SECTIONS),
-        help=f"comma-separated subset of: {','.join(SECTIONS)}",
-    )
-    parser.add_argument(
-        "--compile", action="store_true", help="also time torch.compile (cold compile and steady state)"
-    )
-    parser.add_argument(
-        "--reps", type=int, help="interleaved repetitions (default 7; caps seqlen's 3 and generation's 3/1)"
-    )
-    parser.add_argument(
-        "--gen-uncached-schemes",
-        type=lambda text: tuple(w.strip() for w in text.split(",") if w.strip()),
-        help="generation: positional schemes that also run without the KV cache at batch > 1 "
-        "(default: all; each costs ~20–60 s on 2 cores)",
-    )
-    parser.add_argument("--threads", type=int, help="torch.set_num_threads (default: torch's choice)")
-    parser.add_argument("--strict", action="store_true", help="exit 1 when a target fails")
-    args = parser.parse_args(argv)
-    unknown = [s for s in args.sections if s not in SECTIONS]
-    if unknown or not args.sections:
-        parser.error(f"unknown section(s) {unknown or args.sections}; choose from {','.join(SECTIONS)}")
-    bad = [p for p in args.gen_uncached_schemes or () if p not in POSITIONAL_SCHEMES]
-    if bad:
-        parser.error(f"unknown positional scheme(s) {bad}; choose from {','.join(POSITIONAL_SCHEMES)}")
-    if args.reps is not None and args.reps < 1:
-        parser.error("--reps must be at least 1")
-    return args
 
 
 def run_section(key: str, ctx: Context) -> Section:
@@ -184,47 +148,25 @@ class LoadSampler:
         return {"min": min(self.samples), "median": statistics.median(self.samples), "max": max(self.samples)}
 
 
-def main(argv: list[str] | None = None) -> int:
-    args = parse_args(sys.argv[1:] if argv is None else argv)
-    threads = torch.get_num_threads()
-    if args.threads:
-        torch.set_num_threads(args.threads)
-    try:
-        return _run(args, argv)
-    finally:
-        torch.set_num_threads(threads)
+def run_benchmark(settings: Settings, keys: list[str], out: Path, command: str, strict: bool = False) -> int:
+    """Runs the sections `keys` with `settings`, prints the report and writes it (Markdown and JSON) to `out`.
 
-
-def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
-    settings = SMOKE if args.smoke else FULL
-    settings = replace(settings, compile=args.compile and not args.smoke)
-    if args.gen_uncached_schemes is not None:
-        settings = replace(settings, gen_uncached_schemes=args.gen_uncached_schemes)
-    if args.reps:
-
-        def fewer(n: int) -> int:  # seqlen and generation run fewer repetitions by default
-            return min(n, args.reps)
-
-        settings = replace(
-            settings,
-            reps=args.reps,
-            lightning_reps=args.reps,
-            seq_reps=fewer(settings.seq_reps),
-            gen_reps=tuple(map(fewer, settings.gen_reps)),
-        )
+    Returns:
+        The exit status: 1 when a section raised, or with `strict` when a target failed; else 0.
+    """
     start = time.perf_counter()
     load_start = load_average()
     peak = matmul_peak_flops(settings.peak_size, settings.peak_tries)
     ctx = Context(settings, peak)
     sections = []
     with LoadSampler() as sampler:
-        for key in args.sections:
+        for key in keys:
             print(f"[bench] {key} ...", file=sys.stderr, flush=True)
             sections.append(run_section(key, ctx))
             print(f"[bench] {key} done in {sections[-1].seconds:.0f} s", file=sys.stderr, flush=True)
     meta = {
         "date": datetime.datetime.now().isoformat(timespec="seconds"),
-        "command": "python cli.py bench " + " ".join(sys.argv[1:] if argv is None else argv),
+        "command": command,
         "wall_s": time.perf_counter() - start,
         "machine": machine_info(),
         "load_average_start": load_start,
@@ -235,16 +177,16 @@ def _run(args: argparse.Namespace, argv: list[str] | None) -> int:
     }
     markdown = render(meta, sections)
     print(markdown)
-    args.out.mkdir(parents=True, exist_ok=True)
+    out.mkdir(parents=True, exist_ok=True)
     stem = "bench-smoke" if settings.smoke else "bench"
-    (args.out / f"{stem}.md").write_text(markdown + "\n")
+    (out / f"{stem}.md").write_text(markdown + "\n")
     report = {"meta": meta, "sections": [s.to_json() for s in sections]}
-    (args.out / f"{stem}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
-    print(f"[bench] wrote {args.out / stem}.md and .json", file=sys.stderr)
+    (out / f"{stem}.json").write_text(json.dumps(report, indent=2, default=str) + "\n")
+    print(f"[bench] wrote {out / stem}.md and .json", file=sys.stderr)
     failed = [s.key for s in sections if s.error]
     if failed:
         print(f"[bench] sections with errors: {', '.join(failed)}", file=sys.stderr)
         return 1
-    if args.strict and any(t.passed is False for s in sections for t in s.targets):
+    if strict and any(t.passed is False for s in sections for t in s.targets):
         return 1
     return 0

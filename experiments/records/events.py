@@ -84,7 +84,10 @@ def read_hparams(run_dir: Path) -> dict[str, bool | float | str]:
     for path in _event_files(run_dir):
         acc = event_accumulator.EventAccumulator(str(path))
         acc.Reload()
-        content = acc.PluginTagToContent(hparams_metadata.PLUGIN_NAME).get(hparams_metadata.SESSION_START_INFO_TAG)
+        try:
+            content = acc.PluginTagToContent(hparams_metadata.PLUGIN_NAME).get(hparams_metadata.SESSION_START_INFO_TAG)
+        except KeyError:  # a file with no HParams at all (`cli.py test` of the run's checkpoint logs beside it)
+            continue
         if content is not None:
             start = hparams_metadata.parse_session_start_info_plugin_data(content)
             hparams = {key: getattr(value, value.WhichOneof("kind")) for key, value in start.hparams.items()}

@@ -19,10 +19,13 @@ from pathlib import Path
 from typing import Any
 
 from contract.files import write_atomic
-from contract.run_folder import read_run_json
+from contract.run_folder import TEST_STAGE, read_run_json
 from experiments.records.values import format_value
 
 HEAD = ("cell", "seed", "status")
+# a tuned sweep's runs (experiments/sweep/tuning.py): the search chooses a cell's values, the final runs compare
+PHASE_COLUMN, SEARCH_PHASE, FINAL_PHASE = "phase", "search", "final"
+SEARCH_MARK = "~"  # a search run's cell: `<cell>~<point>` (a folder beside the cell's own)
 # params_trainable: what fine-tuning trains (PEFT, freezing); equal to params otherwise. Older ledgers lack it.
 STATS = ("steps", "diverged_at_step", "wall_time_s", "params", "params_non_embedding", "params_trainable",
          "flops_per_token")  # fmt: skip
@@ -37,7 +40,7 @@ def metric_sort_key(name: str) -> tuple:
 
 
 def is_metric_column(name: str) -> bool:
-    return name.startswith(("val/", "train/"))
+    return name.startswith(("val/", "train/", f"{TEST_STAGE}/"))
 
 
 def _number(value: float | None) -> str:
@@ -53,7 +56,8 @@ def collect_row(
 ) -> dict[str, str]:
     """A ledger row from what the run left in its folder: `run.json` and the event files.
 
-    Metrics: the last finite value of every `val/*` scalar and the last `train/loss`; `git_commit` as the
+    Metrics: the last finite value of every `val/*` scalar, the last `train/loss`, and the `test/*` metrics
+    `run.json` records of the run's test (tuned sweeps evaluate their final runs); `git_commit` as the
     run recorded it (`-dirty` when its tree had uncommitted changes; empty when it never reached fit).
 
     Args:
@@ -82,6 +86,8 @@ def collect_row(
             row[tag] = _number(scalars.last(tag, finite=True))
     if "train/loss" in scalars.curves:
         row["train/loss"] = _number(scalars.last("train/loss"))
+    for tag, value in info.get(TEST_STAGE, {}).get("metrics", {}).items():  # `cli.py test` of its checkpoint
+        row[tag] = _number(value)
     row["git_commit"] = str(info.get("git_commit", ""))
     row["error"] = error
     return row

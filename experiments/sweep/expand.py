@@ -7,12 +7,16 @@ scheduler job that only runs a `Run` must not.
 from __future__ import annotations
 
 import json
+import math
 from pathlib import Path
 
-from contract.run_folder import last_checkpoint
+from contract.run_folder import DONE, last_checkpoint
+from experiments.records.ledger import FINAL_PHASE, PHASE_COLUMN, SEARCH_MARK, SEARCH_PHASE, Ledger
+from experiments.records.values import format_value
 from experiments.sweep.runs import Run
-from experiments.sweep.spec import Spec
-from experiments.sweep.validate import CheckedCell, cell_args
+from experiments.sweep.spec import Spec, _labels, cell_name
+from experiments.sweep.tuning import Point, SearchState, Tune, search
+from experiments.sweep.validate import CheckedCell, cell_args, override_args
 
 
 def run_args(spec: Spec, checked: CheckedCell, seed: int, run_dir: Path) -> list[str]:
@@ -61,3 +65,58 @@ def make_runs(spec: Spec, checked: dict[str, CheckedCell], out_dir: Path, thread
             args = tuple(run_args(spec, checked[cell.name], seed, run_dir))
             runs.append(Run(cell.name, seed, run_dir, args, threads[cell.name]))
     return runs
+
+
+def search_cell_name(cell: str, tune: Tune, point: Point) -> str:
+    """`<cell>~lr=0.003`: the folder (and ledger cell) of a cell's search runs at `point`."""
+    labels = _labels(list(tune.names))
+    return f"{cell}{SEARCH_MARK}{cell_name(dict(zip(tune.names, point)), labels)}"
+
+
+def point_score(ledger: Ledger, name: str, tune: Tune) -> float | None:
+    """A search point's mean selection metric over `tune.seeds`: None while a run has no ledger row;
+    nan when any of its runs diverged or failed, or logged no finite value (the worst, `tuning.search`)."""
+    rows = [ledger.get(name, seed) for seed in tune.seeds]
+    if any(row is None for row in rows):
+        return None
+    values = [float(row.get(tune.metric) or "nan") if row["status"] == DONE else math.nan for row in rows]
+    return sum(values) / len(values) if all(math.isfinite(v) for v in values) else math.nan
+
+
+def tuned_runs(
+    spec: Spec, checked: dict[str, CheckedCell], out_dir: Path, threads: dict[str, int], ledger: Ledger
+) -> tuple[list[Run], dict[str, SearchState]]:
+    """The runs a tuned sweep needs given its ledger: every search point each cell's search has asked for
+    (`tuning.search`), then, for each cell whose search has chosen, its seeds at the chosen point,
+    evaluated on the test split. Cells in spec order; a cell's final runs after its search runs.
+
+    Returns:
+        The runs, and each cell's search state.
+    """
+    tune = spec.tune
+    assert tune is not None, "tuned_runs needs a spec with a tune: block"
+
+    def run_at(name: str, seed: int, point: Point, phase: str) -> Run:
+        run_dir = out_dir / name / f"seed{seed}"
+        args = (*run_args(spec, checked[cell.name], seed, run_dir), *override_args(tune.overrides(point)))
+        columns = ((PHASE_COLUMN, phase), *((k, format_value(v)) for k, v in tune.overrides(point).items()))
+        return Run(name, seed, run_dir, args, threads[cell.name], columns, evaluate=phase == FINAL_PHASE)
+
+    runs, states = [], {}
+    for cell in spec.cells:
+        state = search(tune, lambda point: point_score(ledger, search_cell_name(cell.name, tune, point), tune))
+        states[cell.name] = state
+        for point in state.points:
+            runs += [run_at(search_cell_name(cell.name, tune, point), seed, point, SEARCH_PHASE) for seed in tune.seeds]
+        if state.chosen is not None:
+            runs += [run_at(cell.name, seed, state.chosen, FINAL_PHASE) for seed in spec.seeds]
+    return runs, states
+
+
+def sweep_runs(
+    spec: Spec, checked: dict[str, CheckedCell], out_dir: Path, threads: dict[str, int], ledger: Ledger
+) -> list[Run]:
+    """The runs the sweep needs now: every (cell, seed); for a tuned sweep, those its ledger calls for."""
+    if spec.tune is None:
+        return make_runs(spec, checked, out_dir, threads)
+    return tuned_runs(spec, checked, out_dir, threads, ledger)[0]

@@ -85,7 +85,8 @@ class Recorder:
         if result.status == RECORDED:
             self.progress.ended(run, result, None)
             return
-        row = collect_row(run.dir, run.cell, run.seed, result.status, result.error, self.axis_values[run.cell])
+        values = self.axis_values[run.base_cell] | dict(run.columns)  # a tuned run adds its phase and values
+        row = collect_row(run.dir, run.cell, run.seed, result.status, result.error, values)
         self.ledger.put(row)
         self.progress.ended(run, result, started)
 

@@ -18,10 +18,10 @@ import signal
 import time
 import zipfile
 from dataclasses import dataclass
-from typing import Literal
+from typing import BinaryIO, Literal
 
 from contract.files import write_json_atomic
-from contract.run_folder import FAILED, FINISHED, RUN_LOG, read_run_json
+from contract.run_folder import DONE, FAILED, FINISHED, RUN_LOG, TEST_STAGE, read_run_json
 from experiments.records.ledger import Ledger
 from experiments.sweep.claims import CLAIM_NAME
 from experiments.sweep.processes import Processes, tee
@@ -53,9 +53,10 @@ def checkpoint_ok(run: Run) -> bool:
 def finished_outcome(run: Run) -> Outcome | None:
     """How the run's last attempt ended, from its folder: `run.json` (done, diverged), else a job's
     `outcome.json` (failed); None when it has not ended (never ran, interrupted, or running)."""
-    status = read_run_json(run.dir).get("status")
-    if status in FINISHED:
-        return Outcome(status)
+    info = read_run_json(run.dir)
+    status = info.get("status")
+    if status in FINISHED and not (status == DONE and run.evaluate and TEST_STAGE not in info):
+        return Outcome(status)  # (a run to evaluate has finished once its test is recorded too)
     try:
         found = json.loads((run.dir / OUTCOME_NAME).read_text())
         return Outcome(found["status"], found.get("error", ""))
@@ -143,12 +144,26 @@ def attempt(run: Run, action: Action, echo: bool, procs: Processes, log_name: st
         procs: where the process is registered while it runs.
         log_name: the log file (each further task of a multi-node run keeps its own).
     """
+    trained = read_run_json(run.dir).get("status") == DONE  # an earlier attempt trained it: only the test is left
     with (run.dir / log_name).open("ab") as log:
-        stamp = time.strftime("%Y-%m-%d %H:%M:%S")
-        log.write(f"\n=== {stamp} {action}: {run.shell(action == 'resume')}\n".encode())
-        log.flush()
-        returncode, output = tee(run.argv(action == "resume"), os.environ | run.env(), log, echo, procs)
-    return run_outcome(run, returncode, output)
+        if not trained:
+            returncode, output = _logged(run.argv(action == "resume"), action, run, log, echo, procs)
+            result = run_outcome(run, returncode, output)
+            if result.status != DONE or not run.evaluate or procs.stopping:
+                return result
+        if run.evaluate:
+            returncode, output = _logged(run.test_argv(), "test", run, log, echo, procs)
+            if TEST_STAGE not in read_run_json(run.dir):
+                return Outcome(FAILED, f"test: {error_line(output) or f'exit status {returncode}'}")
+    return Outcome(DONE)
+
+
+def _logged(argv: list[str], what: str, run: Run, log: BinaryIO, echo: bool, procs: Processes) -> tuple[int, str]:
+    """Runs one command of the run, its output appended to the log after a line saying what it is."""
+    stamp = time.strftime("%Y-%m-%d %H:%M:%S")
+    log.write(f"\n=== {stamp} {what}: {run.shell_of(argv)}\n".encode())
+    log.flush()
+    return tee(argv, os.environ | run.env(), log, echo, procs)
 
 
 def execute(run: Run, action: Action, echo: bool, procs: Processes) -> Outcome:

@@ -13,7 +13,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from contract.run_folder import PROGRESS_LINES, PROGRESS_VAR, SWEEP_DIR_VAR, last_checkpoint
+from contract.run_folder import CONFIG_FILE, PROGRESS_LINES, PROGRESS_VAR, SWEEP_DIR_VAR, last_checkpoint
+from experiments.records.ledger import SEARCH_MARK
 from experiments.sweep.spec import ROOT
 
 THREAD_VARS = ("OMP_NUM_THREADS", "MKL_NUM_THREADS")  # torch sets its intra-op threads from these
@@ -29,11 +30,13 @@ class Run:
     """One (cell, seed) of a sweep.
 
     Args:
-        cell: the cell's name.
+        cell: the cell's name; a tuned sweep's search runs are `<cell>~<point>` (`base_cell` is `<cell>`).
         seed: the run's seed.
         dir: `DIR/<cell>/seed<k>`, where Lightning logs, saves `config.yaml` and checkpoints.
         args: the arguments after `cli.py fit`, except `--ckpt_path`.
         threads: torch threads of each of its processes (`OMP_NUM_THREADS`).
+        columns: ledger columns the run adds to its cell's axis values (a tuned sweep's phase and values).
+        evaluate: after training, evaluate the last checkpoint on the test split (`cli.py test`).
     """
 
     cell: str
@@ -41,10 +44,16 @@ class Run:
     dir: Path
     args: tuple[str, ...]
     threads: int
+    columns: tuple[tuple[str, str], ...] = ()
+    evaluate: bool = False
 
     @property
     def name(self) -> str:
         return f"{self.cell}/seed{self.seed}"
+
+    @property
+    def base_cell(self) -> str:
+        return self.cell.partition(SEARCH_MARK)[0]
 
     @property
     def checkpoint(self) -> Path:
@@ -58,21 +67,32 @@ class Run:
         resume_args = [f"--ckpt_path={self.checkpoint}"] if resume else []
         return [sys.executable, "cli.py", "fit", *self.args, *resume_args]
 
+    def test_argv(self) -> list[str]:
+        """`cli.py test` of the run's last checkpoint with its own config: the test split, logged beside it."""
+        config = ["--config", str(self.dir / CONFIG_FILE), f"--ckpt_path={self.checkpoint}"]
+        return [sys.executable, "cli.py", "test", *config]
+
     def env(self) -> dict[str, str]:
         threads = {var: str(self.threads) for var in THREAD_VARS}
         return threads | {SWEEP_DIR_VAR: str(self.sweep_dir), PROGRESS_VAR: PROGRESS_LINES}
 
     def shell(self, resume: bool = False) -> str:
         """The same run as one shell line (what `--dry-run` prints, e.g. for a SLURM array)."""
+        return self.shell_of(self.argv(resume))
+
+    def shell_of(self, argv: list[str]) -> str:
+        """One of the run's commands as a shell line, in its environment."""
         env = " ".join(f"{k}={shlex.quote(v)}" for k, v in self.env().items())
-        return f"cd {shlex.quote(str(ROOT))} && {env} {shlex.join(self.argv(resume))}"
+        return f"cd {shlex.quote(str(ROOT))} && {env} {shlex.join(argv)}"
 
     def to_json(self) -> str:
         """The run as one JSON argument (what a scheduler job gets: `python -m experiments.sweep.task JSON`)."""
         return json.dumps({"cell": self.cell, "seed": self.seed, "dir": str(self.dir), "args": self.args,
-                           "threads": self.threads})
+                           "threads": self.threads, "columns": self.columns, "evaluate": self.evaluate})
 
     @classmethod
     def from_json(cls, text: str) -> Run:
         data = json.loads(text)
-        return cls(data["cell"], data["seed"], Path(data["dir"]), tuple(data["args"]), data["threads"])
+        columns = tuple(tuple(pair) for pair in data.get("columns", ()))
+        return cls(data["cell"], data["seed"], Path(data["dir"]), tuple(data["args"]), data["threads"], columns,
+                   data.get("evaluate", False))  # fmt: skip

@@ -13,6 +13,7 @@ A spec is YAML (a study's specs live in `experiments/studies/<study>/`)::
     checkpoint_every: 100                                  # steps between resumable checkpoints
     launcher: {partition: gpu, timeout_min: 240}           # resources of `--launcher slurm` jobs (optional)
     require_clean: true                                    # refuse to start from uncommitted code (optional)
+    tune: {grid: {optim.lr: [1.0e-3, 3.0e-3, 1.0e-2]}}     # each cell at its own tuned lr (experiments/sweep/tuning.py)
 
 This module only reads and expands the file (no torch); `experiments.sweep.validate` checks the values
 against the suite's own parser.
@@ -30,7 +31,9 @@ from typing import Any
 import yaml
 
 from experiments.records.layout import SUMMARY_DIR
+from experiments.records.ledger import PHASE_COLUMN
 from experiments.records.values import format_value
+from experiments.sweep.tuning import Tune, TuneError, parse_tune
 
 ROOT = Path(__file__).resolve().parents[2]  # runs start here: spec paths are relative to it
 
@@ -39,6 +42,7 @@ SPEC_KEYS = ("extends", "base", "fixed", "grid", "cells", "seeds", "baseline", "
 ANALYSIS_KEYS = ("equivalence_margin", "compare_within")
 SPEC_KEYS += ANALYSIS_KEYS
 SPEC_KEYS += ("require_clean",)  # refuse to start from a dirty git tree (experiments/sweep/provenance.py)
+SPEC_KEYS += ("tune",)  # each cell at its own tuned values, selected on validation (experiments/sweep/tuning.py)
 # the `launcher:` block: resources of each job of `--launcher slurm` (and `local`: timeout_min, gpus_per_node);
 # nodes and tasks per node come from each run's trainer.num_nodes and trainer.devices
 LAUNCHER_KEYS: dict[str, tuple[type, ...]] = {
@@ -93,6 +97,7 @@ class Spec:
             `compare_within` (axes: each group of cells sharing their values is compared within itself),
             validated; {} when absent.
         require_clean: refuse to start from a git tree with uncommitted changes.
+        tune: the `tune:` block (`experiments.sweep.tuning`); None for a plain sweep.
     """
 
     path: Path
@@ -106,10 +111,16 @@ class Spec:
     launcher: dict[str, Any] = field(default_factory=dict)
     analysis: dict[str, Any] = field(default_factory=dict)
     require_clean: bool = False
+    tune: Tune | None = None
     cell_by_name: dict[str, Cell] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "cell_by_name", {c.name: c for c in self.cells})
+
+    @property
+    def ledger_axes(self) -> tuple[str, ...]:
+        """The ledger's columns after the status: the axes, and for a tuned sweep each run's phase and values."""
+        return self.axes + ((PHASE_COLUMN, *self.tune.names) if self.tune else ())
 
     def snapshot(self) -> dict[str, Any]:
         """What `sweep.json` keeps: enough for the report and to refuse mixing two sweeps in one folder."""
@@ -124,7 +135,7 @@ class Spec:
             "checkpoint_every": self.checkpoint_every,
         } | ({"launcher": self.launcher} if self.launcher else {}) | self.analysis | (
             {"require_clean": True} if self.require_clean else {}
-        )  # only when set: older files match
+        ) | ({"tune": self.tune.snapshot()} if self.tune else {})  # only when set: older files match
 
 
 def _safe(text: str) -> str:
@@ -206,8 +217,8 @@ def _analysis(raw: Mapping[str, Any], axes: tuple[str, ...]) -> dict[str, Any]:
         if not isinstance(margins, Mapping) or not margins:
             raise SpecError(f"equivalence_margin: needs a mapping of metrics to margins, got {margins!r}")
         for metric, margin in margins.items():
-            if not (isinstance(metric, str) and metric.startswith("val/")):
-                raise SpecError(f"equivalence_margin: {metric!r} is not a validation metric (val/...)")
+            if not (isinstance(metric, str) and metric.startswith(("val/", "test/"))):
+                raise SpecError(f"equivalence_margin: {metric!r} is not a validation or test metric (val/*, test/*)")
             if isinstance(margin, bool) or not isinstance(margin, (int, float)) or margin <= 0:
                 raise SpecError(f"equivalence_margin.{metric}: needs a positive number, got {margin!r}")
         out["equivalence_margin"] = dict(margins)
@@ -341,6 +352,10 @@ def load_spec(path: str | Path) -> Spec:
     require_clean = raw.get("require_clean", False)
     if not isinstance(require_clean, bool):
         raise SpecError(f"require_clean: needs true or false, got {require_clean!r}")
+    try:
+        tune = parse_tune(raw.get("tune"), tuple(seeds), (*fixed, *axes))
+    except TuneError as err:
+        raise SpecError(str(err)) from None
 
     return Spec(
         path=path,
@@ -354,4 +369,5 @@ def load_spec(path: str | Path) -> Spec:
         launcher=_launcher(raw.get("launcher")),
         analysis=_analysis(raw, axes),
         require_clean=require_clean,
+        tune=tune,
     )

@@ -15,13 +15,14 @@ from experiments.sweep.spec import SpecError
 
 def supersede(out_dir: Path, ledger: Ledger, runs: list[Run], cells: list[str]) -> Path | None:
     """Makes `cells` run again from scratch (after a fix in the code they use) without losing their
-    old results: their run folders and ledger rows move to `DIR/superseded/<time>/`, where a
+    old results: their run folders and ledger rows (a tuned cell's search runs too) move to
+    `DIR/superseded/<time>/`, where a
     before/after comparison can read them (`cli.py report` works on that folder too)."""
-    names = list(dict.fromkeys(run.cell for run in runs))
+    names = list(dict.fromkeys(run.base_cell for run in runs))
     unknown = [cell for cell in cells if cell not in names]
     if unknown:
         raise SpecError(f"--rerun: no cell named {', '.join(unknown)}; the cells are: {', '.join(names)}")
-    old = [run for run in runs if run.cell in cells and (run.dir.exists() or ledger.get(run.cell, run.seed))]
+    old = [run for run in runs if run.base_cell in cells and (run.dir.exists() or ledger.get(run.cell, run.seed))]
     running = [f"{run.name} ({describe(holder)})" for run in old if (holder := read_claim(run.dir))]
     if running:
         raise SpecError(f"--rerun: runs of these cells are running: {'; '.join(running)}; wait for them to end")

@@ -22,6 +22,7 @@ from typing import Any
 from experiments.records.values import format_value
 from experiments.sweep.resources import RunShape, run_shape
 from experiments.sweep.spec import ROOT, Cell, Spec, SpecError
+from experiments.sweep.tuning import initial_points
 from lit_modules.cli import SuiteCLI, cli_main
 
 SEEDED_GROUPS = ("data", "model")  # a `seed` argument of these classes gets the run's seed
@@ -109,6 +110,16 @@ def _check_logger(config: Any) -> None:
         raise SpecError(f"trainer.logger must be a TensorBoardLogger (the sweep reads its event files), got {logger!r}")
 
 
+def _check_held_out(config: Any) -> None:
+    """A tuned sweep selects on validation and reports the test split: the two must differ."""
+    with contextlib.suppress(KeyError):
+        if config_value(config, "data.test_split") == "val":
+            raise SpecError(
+                "a tuned sweep reports on a held-out test split, but data.test_split is 'val' (the test would "
+                "evaluate the split the tuned values were selected on); set data.test_split: held_out"
+            )
+
+
 def check_cell(spec: Spec, cell: Cell) -> tuple[CheckedCell, str]:
     """Parses one cell's arguments; returns what the runner needs and a fingerprint of its config.
 
@@ -119,9 +130,13 @@ def check_cell(spec: Spec, cell: Cell) -> tuple[CheckedCell, str]:
     Raises:
         SpecError: naming the cell and the problem.
     """
+    # a tuned key is checked with the grid's first point (a misspelt key fails here, not in a run)
+    tuned = override_args(spec.tune.overrides(initial_points(spec.tune)[0])) if spec.tune else []
     try:
-        config = parse(cell_args(spec, cell, root=ROOT))  # the dataclasses' own checks included
+        config = parse(cell_args(spec, cell, root=ROOT) + tuned)  # the dataclasses' own checks included
         _check_logger(config)
+        if spec.tune:
+            _check_held_out(config)
     except SpecError as err:
         raise SpecError(f"cell {cell.name!r} ({spec.path}): {err}") from None
     seed_keys = tuple(f"{g}.init_args.seed" for g in SEEDED_GROUPS if f"{g}.init_args.seed" in config)

@@ -94,3 +94,26 @@ def test_missing_data_dir_names_path_and_url(tmp_path: Path) -> None:
     with pytest.raises(FileNotFoundError, match="raw.githubusercontent.com/karpathy/char-rnn") as e:
         _ = TextDataModule(corpus="tinyshakespeare", data_dir=str(tmp_path)).vocab_size
     assert str(tmp_path / "input.txt") in str(e.value)
+
+
+def test_held_out_test_split_leaves_training_text_alone() -> None:
+    """`test_split: held_out` cuts the validation text into two contiguous halves at a line boundary: the
+    model never selects on the second; `val` (the default) evaluates the validation split, as runs did."""
+    old = TextDataModule(seq_len=16, eval_lengths=[16], val_tokens=10**9)
+    held = TextDataModule(seq_len=16, eval_lengths=[16], val_tokens=10**9, test_split="held_out")
+    assert torch.equal(old._data.train_ids, held._data.train_ids)  # training is the same either way
+    assert torch.equal(old.test_ids, old.val_ids)  # what `cli.py test` evaluated before held-out splits
+    val, test = held._corpus.held_out()
+    assert val + test == old._corpus.val and val.endswith("\n") and abs(len(val) - len(test)) < len(val) // 10
+    assert len(held.val_ids) + len(held.test_ids) <= len(old.val_ids) + 2  # halves of the same tokens
+    assert not torch.equal(held.test_ids[:100], held.val_ids[:100])
+    assert held.split_checksums.keys() == {"train", "val", "test"} and old.split_checksums.keys() == {"train", "val"}
+    assert held.split_checksums["train"] == old.split_checksums["train"] and held.data_checksum == old.data_checksum
+    loader = held.test_dataloader()[0]
+    first = next(iter(loader))
+    assert torch.equal(first["input_ids"][0], held.test_ids[:16])
+
+
+def test_unknown_test_split_names_the_choices() -> None:
+    with pytest.raises(ValueError, match="held_out"):
+        TextDataModule(test_split="test")

@@ -71,3 +71,17 @@ def test_max_seq_len_comes_from_the_data_unless_set():
     assert CausalLM(replace(arch, max_seq_len=48), data_info=reverse).max_positions == 48
     rope = CausalLM(replace(arch, pos_encoding="rope"), data_info={"vocab_size": 50, "seq_len": 24})
     assert rope.arch.max_seq_len == 24 and rope.max_positions is None  # runs at any length
+
+
+def test_test_stage_logs_the_test_split(tmp_path):
+    """`cli.py test` evaluates a GPT on the data's test split as test/* (the same metrics as validation)."""
+    trainer = _fit("rope", tmp_path)
+    data = TextDataModule(seq_len=16, eval_lengths=[16, 32], val_tokens=512, batch_size=8, test_split="held_out")
+    model = trainer.lightning_module
+    model.val_loss = type(model.val_loss)()  # as a fresh process loads it: no metric made by a validation yet
+    trainer.test(model, data, verbose=False)
+    metrics = dict(trainer.callback_metrics)
+    assert {"test/loss", "test/loss@16", "test/loss@32", "test/bpt", "test/ppl"} <= metrics.keys()
+    assert metrics["test/loss"] == metrics["test/loss@16"] and not any(k.startswith("val/") for k in metrics)
+    trainer.validate(trainer.lightning_module, data, verbose=False)
+    assert trainer.callback_metrics["val/loss@16"] != metrics["test/loss@16"]  # other tokens

@@ -46,3 +46,16 @@ def test_an_examples_masks_do_not_depend_on_its_batch():
     apart = [masks([0, 1]), masks([2, 3])]
     for k in range(2):
         assert torch.equal(together[k], torch.cat([apart[0][k], apart[1][k]]))
+
+
+def test_test_stage_logs_the_test_split(tmp_path):
+    """`cli.py test` evaluates a masked LM on the data's test split as test/loss and test/acc."""
+    from lit_modules.cli import cli_main
+
+    args = ["-c", "configs/bert/base.yaml", "-c", "configs/bert/tiny.yaml", "--data.test_split=held_out",
+            "--data.val_tokens=2048", "--trainer.limit_test_batches=2", "--trainer.limit_val_batches=2",
+            f"--trainer.default_root_dir={tmp_path}", "--trainer.logger=false", "--seed_everything=0"]  # fmt: skip
+    test = cli_main(["test", *args]).trainer.callback_metrics
+    validate = cli_main(["validate", *args]).trainer.callback_metrics
+    assert {"test/loss", "test/acc"} <= test.keys() and not any(k.startswith("val/") for k in test)
+    assert test["test/loss"] != validate["val/loss"]  # other tokens, the same untrained model

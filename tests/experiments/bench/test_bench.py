@@ -9,12 +9,12 @@ import pytest
 import torch
 import torch.nn.functional as F
 
-from experiments import bench
 from experiments.bench import gpu
 from experiments.bench.common import POSITIONAL_SCHEMES, TrainStep
 from experiments.bench.reference_gpt import ReferenceGPT
 from models import GPT, ArchConfig
 from models.config import PosEncoding
+from tools import bench
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,151 @@
+"""A tuned sweep's search, as the report shows it: each cell's chosen values, whether the search bracketed
+them, its learning-rate sensitivity, and the sensitivity curves (the selection metric against each tuned key).
+
+Everything is read from the ledger's search rows (`phase: search`, one cell `<cell>~<point>` per point):
+a cell's chosen value of a key sits at an end of the values it searched only when the search's cap
+stopped it (`experiments.sweep.tuning`), so `unbracketed` needs no record of the engine's own.
+
+Learning-rate sensitivity (Wortsman et al. 2023, "Small-scale proxies for large-scale Transformer
+training instabilities", §2): the mean over the initial grid (the range every cell searched) of
+min(metric, cap) − the cell's best, signs flipped for a metric where higher is better; a diverged or
+failed point counts as the cap. The cap is the worst finite value any cell's search reached, so one
+number is comparable across cells: 0 means the cell does equally well anywhere in the range.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from contract.metrics import higher_is_better
+from contract.run_folder import DONE
+from experiments.analysis import plots
+from experiments.analysis.formatting import fixed
+from experiments.records.ledger import PHASE_COLUMN, SEARCH_MARK, SEARCH_PHASE, Ledger
+from experiments.records.values import format_value
+
+
+@dataclass
+class CellSearch:
+    """One cell's search points: tuned values -> the selection metric of each tune seed (nan: diverged or failed).
+
+    Args:
+        cell: the cell.
+        points: (value of each tuned key) -> per-seed metric values.
+        chosen: the values its final runs used (None before the final phase).
+    """
+
+    cell: str
+    points: dict[tuple[float, ...], list[float]] = field(default_factory=dict)
+    chosen: tuple[float, ...] | None = None
+
+    def mean(self, point: tuple[float, ...]) -> float:
+        values = self.points.get(point, [])
+        return sum(values) / len(values) if values and all(math.isfinite(v) for v in values) else math.nan
+
+    def unbracketed(self, keys: list[str]) -> list[str]:
+        """The keys whose chosen value is the lowest or highest this cell searched."""
+        if self.chosen is None:
+            return []
+        out = []
+        for i, key in enumerate(keys):
+            searched = sorted({p[i] for p in self.points})
+            if len(searched) > 1 and self.chosen[i] in (searched[0], searched[-1]):
+                out.append(key)
+        return out
+
+
+def searches(ledger: Ledger, info: dict[str, Any]) -> tuple[list[str], str, dict[str, CellSearch]]:
+    """The tuned keys, the selection metric and each cell's search, from the ledger."""
+    tune = info["tune"]
+    keys, metric = list(tune["grid"]), tune["metric"]
+    found: dict[str, CellSearch] = {}
+    for (cell, _), row in ledger.rows.items():
+        base = cell.partition(SEARCH_MARK)[0]
+        entry = found.setdefault(base, CellSearch(base))
+        point = tuple(float(row[k]) for k in keys)
+        if row.get(PHASE_COLUMN) == SEARCH_PHASE:
+            value = float(row.get(metric) or "nan") if row["status"] == DONE else math.nan
+            entry.points.setdefault(point, []).append(value)
+        else:
+            entry.chosen = point
+    order = [c["name"] for c in info.get("cells", [])]
+    return keys, metric, {name: found[name] for name in [*order, *found] if name in found}
+
+
+def sensitivity(search: CellSearch, grid: list[tuple[float, ...]], cap: float, higher: bool) -> float:
+    """Wortsman et al.'s learning-rate sensitivity over `grid` (see the module docstring)."""
+    sign = -1.0 if higher else 1.0
+    scores = [search.mean(p) for p in search.points]
+    finite = [sign * s for s in scores if math.isfinite(s)]
+    if not finite:
+        return math.nan
+    best = min(finite)
+    capped = [min(sign * search.mean(p), sign * cap) if math.isfinite(search.mean(p)) else sign * cap for p in grid]
+    return sum(c - best for c in capped) / len(capped)
+
+
+def tuning_section(out_dir: Path, ledger: Ledger, info: dict[str, Any]) -> tuple[str, list[tuple[str, Path]]]:
+    """The report's `## Tuning` section and its sensitivity figures (caption, path relative to `out_dir`)."""
+    keys, metric, found = searches(ledger, info)
+    higher = higher_is_better(metric)
+    grid_values = [[float(v) for v in info["tune"]["grid"][k]] for k in keys]
+    grid = [tuple(p) for p in _product(grid_values)]
+    finite = [s.mean(p) for s in found.values() for p in s.points if math.isfinite(s.mean(p))]
+    cap = (min if higher else max)(finite) if finite else math.nan
+    head = ["cell", *(f"chosen `{k}`" for k in keys), "searched", f"{metric} at chosen", "sensitivity", "bracketed"]
+    lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    for search in found.values():
+        chosen = [format_value(v) for v in search.chosen] if search.chosen else ["—"] * len(keys)
+        points = ", ".join(
+            f"{'/'.join(format_value(v) for v in p)}: {fixed(search.mean(p))}" for p in sorted(search.points)
+        )
+        at_chosen = fixed(search.mean(search.chosen)) if search.chosen else "n/a"
+        unbracketed = search.unbracketed(keys)
+        bracketed = "search not finished" if search.chosen is None else (
+            f"**unbracketed** ({', '.join(unbracketed)})" if unbracketed else "yes"
+        )
+        row = [f"`{search.cell}`", *chosen, points, at_chosen, fixed(sensitivity(search, grid, cap, higher)), bracketed]
+        lines.append("| " + " | ".join(row) + " |")
+    seeds = info["tune"].get("seeds", [])
+    text = [
+        "## Tuning",
+        f"Each cell at its own values of {', '.join(f'`{k}`' for k in keys)}, selected on `{metric}` (mean over "
+        f"tune seeds {seeds}); the cells are compared above on the test split at those values. Initial grid: "
+        + "; ".join(f"`{k}` {values}" for k, values in zip(keys, grid_values))
+        + f", extended at most {info['tune'].get('extend')} step(s) past either end while the best was at one. "
+        "*Unbracketed*: the chosen value is the lowest or highest searched, where the cap stopped the search: "
+        "a better value may lie beyond. *Sensitivity* (learning-rate sensitivity, Wortsman et al. 2023): the mean "
+        f"over the initial grid of min({metric}, cap) − the cell's best, cap = {fixed(cap)} (the worst finite value "
+        "any cell reached; a diverged point counts as the cap); 0: equally good across the range.",
+        "",
+        "\n".join(lines),
+    ]
+    figures = []
+    for i, key in enumerate(keys):
+        path = Path("plots") / f"tuning_{key}.png"
+        curves = {s.cell: _curve(s, i, keys) for s in found.values()}
+        chosen = {s.cell: s.chosen[i] for s in found.values() if s.chosen}
+        if plots.sensitivity_curves(curves, chosen, key, metric, out_dir / path):
+            figures.append((f"{metric} against {key} (search runs; band: min–max over tune seeds; ● chosen)", path))
+    return "\n\n".join(text), figures
+
+
+def _product(values: list[list[float]]) -> list[tuple[float, ...]]:
+    out: list[tuple[float, ...]] = [()]
+    for options in values:
+        out = [(*p, v) for p in out for v in options]
+    return out
+
+
+def _curve(search: CellSearch, index: int, keys: list[str]) -> dict[float, list[float]]:
+    """The metric against one key, the other keys held at the cell's chosen values (all points with one key)."""
+    curve: dict[float, list[float]] = {}
+    for point, values in search.points.items():
+        if len(keys) > 1 and search.chosen and any(v != c for j, (v, c) in enumerate(zip(point, search.chosen))
+                                                   if j != index):  # fmt: skip
+            continue
+        curve.setdefault(point[index], []).extend(values)
+    return dict(sorted(curve.items()))

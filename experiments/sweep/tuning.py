@@ -1,0 +1,198 @@
+"""`tune:` in a sweep spec: every cell at its own tuned value of one or more keys, chosen on validation.
+
+    tune:
+      grid: {optim.lr: [1.0e-3, 3.0e-3, 1.0e-2]}   # log-spaced, at least two values per key
+      extend: 2            # at most this many steps past either end of a key's initial grid (default 2)
+      metric: val/loss     # what selects, on the validation split (default val/loss)
+      seeds: [0]           # the seeds of every search point (default: the spec's first seed)
+
+A tuned sweep runs in two phases per cell. The search trains each point of the grid (the product of
+the keys' values) at `tune.seeds`; when the best point (mean of the selection metric over those
+seeds; a diverged or failed run counts as the worst) sits at the lowest or highest value of a key,
+that key's values extend one step past it (the grid's own ratio) and the new points run, until the
+best is inside every key's range or `extend` steps have been added on that side (the key is then
+reported `unbracketed`). The final phase trains the cell's `seeds` at the chosen point; each final
+run is then evaluated on the data's held-out test split, which is what the report compares.
+
+Which points a cell needs is a pure function of the results so far (`search`), so a sweep killed in
+any phase and started again, or two sweeps sharing the folder, compute the same points from the ledger.
+"""
+
+from __future__ import annotations
+
+import itertools
+import math
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+from contract.metrics import higher_is_better, metric_base_name
+
+TUNE_KEYS = ("grid", "extend", "metric", "seeds")
+DEFAULT_EXTEND = 2
+Point = tuple[float, ...]  # one value per tuned key, in the order of `Tune.keys`
+
+
+class TuneError(ValueError):
+    """A `tune:` block that cannot run."""
+
+
+def _rounded(value: float) -> float:
+    """12 significant digits: 3e-3 × 3 is 0.009, not 0.009000000000000001 (names and flags stay short)."""
+    return float(f"{value:.12g}")
+
+
+@dataclass(frozen=True)
+class TunedKey:
+    """One tuned key and its initial grid (ascending, log-spaced: each value the previous × `ratio`)."""
+
+    key: str
+    grid: tuple[float, ...]
+
+    @property
+    def ratio(self) -> float:
+        return (self.grid[-1] / self.grid[0]) ** (1 / (len(self.grid) - 1))
+
+    def values(self, below: int, above: int) -> tuple[float, ...]:
+        """The initial grid with `below` steps added under it and `above` over it."""
+        lower = tuple(_rounded(self.grid[0] / self.ratio**k) for k in range(below, 0, -1))
+        upper = tuple(_rounded(self.grid[-1] * self.ratio**k) for k in range(1, above + 1))
+        return lower + self.grid + upper
+
+
+@dataclass(frozen=True)
+class Tune:
+    """A parsed `tune:` block (see the module docstring)."""
+
+    keys: tuple[TunedKey, ...]
+    extend: int
+    metric: str
+    seeds: tuple[int, ...]
+
+    @property
+    def names(self) -> tuple[str, ...]:
+        return tuple(k.key for k in self.keys)
+
+    def overrides(self, point: Point) -> dict[str, float]:
+        return dict(zip(self.names, point))
+
+    def snapshot(self) -> dict[str, Any]:
+        """What `sweep.json` keeps of it (the report reads the keys and the metric)."""
+        grid = {k.key: list(k.grid) for k in self.keys}
+        return {"grid": grid, "extend": self.extend, "metric": self.metric, "seeds": list(self.seeds)}
+
+
+def parse_tune(raw: Any, seeds: tuple[int, ...], fixed_and_axes: tuple[str, ...]) -> Tune | None:
+    """The spec's `tune:` block, checked; None without one.
+
+    Args:
+        raw: the block as read.
+        seeds: the spec's seeds (the default search seed is the first).
+        fixed_and_axes: keys the spec fixes or varies: a tuned key cannot be one of them.
+    """
+    if raw is None:
+        return None
+    if not isinstance(raw, Mapping) or "grid" not in raw:
+        raise TuneError(f"tune: needs a mapping with a `grid:` of keys to values, got {raw!r}")
+    unknown = [k for k in raw if k not in TUNE_KEYS]
+    if unknown:
+        raise TuneError(f"tune: unknown key(s) {unknown}; valid keys: {list(TUNE_KEYS)}")
+    grid = raw["grid"]
+    if not isinstance(grid, Mapping) or not grid:
+        raise TuneError(f"tune.grid: needs a mapping of dotted CLI keys to lists of values, got {grid!r}")
+    keys = []
+    for key, values in grid.items():
+        numbers = isinstance(values, list) and all(
+            isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values
+        )
+        if not numbers or len(values) < 2 or sorted(set(values)) != list(values):
+            raise TuneError(
+                f"tune.grid.{key}: needs at least two positive numbers in ascending order, got {values!r}"
+            )
+        ratios = [b / a for a, b in zip(values, values[1:])]
+        if max(ratios) / min(ratios) > 1.25:  # 1e-3, 3e-3, 1e-2 passes: extension steps by their mean ratio
+            raise TuneError(f"tune.grid.{key}: {values} is not log-spaced (ratios {[f'{r:.3g}' for r in ratios]})")
+        if key in fixed_and_axes:
+            raise TuneError(f"tune.grid.{key}: the spec also fixes or varies {key!r}; keep each key in one place")
+        keys.append(TunedKey(key, tuple(float(v) for v in values)))
+    extend = raw.get("extend", DEFAULT_EXTEND)
+    if isinstance(extend, bool) or not isinstance(extend, int) or extend < 0:
+        raise TuneError(f"tune.extend: needs a number of steps (0 or more), got {extend!r}")
+    metric = raw.get("metric", "val/loss")
+    if not isinstance(metric, str) or not metric.startswith("val/"):
+        raise TuneError(f"tune.metric: selection is on validation: needs a val/* metric, got {metric!r}")
+    try:
+        metric_base_name(metric)
+    except KeyError as err:
+        raise TuneError(f"tune.metric: {err.args[0]}") from None
+    tune_seeds = raw.get("seeds", [seeds[0]])
+    if not isinstance(tune_seeds, list) or not tune_seeds or not all(isinstance(s, int) and s >= 0 for s in tune_seeds):
+        raise TuneError(f"tune.seeds: needs a non-empty list of non-negative integers, got {tune_seeds!r}")
+    return Tune(tuple(keys), extend, metric, tuple(tune_seeds))
+
+
+@dataclass(frozen=True)
+class SearchState:
+    """Where one cell's search stands.
+
+    Args:
+        points: every point the search has asked for so far, in grid order.
+        pending: those still without a result.
+        chosen: the best point, once no point is pending and no key extends; None before.
+        unbracketed: keys whose chosen value sits at an end of the range the `extend` cap stopped.
+    """
+
+    points: tuple[Point, ...]
+    pending: tuple[Point, ...]
+    chosen: Point | None
+    unbracketed: tuple[str, ...] = ()
+
+
+def search(tune: Tune, score: Callable[[Point], float | None]) -> SearchState:
+    """The points a cell's search needs given the results so far, and its choice once it has one.
+
+    Args:
+        tune: the block.
+        score: a point's mean selection metric over `tune.seeds`; None while a run of it has not ended;
+            nan for a point whose runs all diverged or failed (the worst).
+    """
+    higher = higher_is_better(tune.metric)
+    steps = {key.key: [0, 0] for key in tune.keys}  # steps added [below, above] each key's initial grid
+    while True:
+        values = [key.values(*steps[key.key]) for key in tune.keys]
+        points = tuple(itertools.product(*values))
+        scores = {point: score(point) for point in points}
+        pending = tuple(p for p, s in scores.items() if s is None)
+        if pending:
+            return SearchState(points, pending, None)
+        finite = [p for p in points if math.isfinite(scores[p])]
+        if not finite:  # every point diverged or failed: nothing to choose, nothing to extend towards
+            return SearchState(points, (), None, tune.names)
+        best = (max if higher else min)(finite, key=lambda p: scores[p])  # the first of equals, in grid order
+        grew, capped = False, []
+        for i, key in enumerate(tune.keys):
+            for side, edge in ((0, values[i][0]), (1, values[i][-1])):
+                if best[i] != edge:
+                    continue
+                if steps[key.key][side] < tune.extend:
+                    steps[key.key][side] += 1
+                    grew = True
+                else:
+                    capped.append(key.key)
+        if not grew:
+            return SearchState(points, (), best, tuple(dict.fromkeys(capped)))
+
+
+def initial_points(tune: Tune) -> tuple[Point, ...]:
+    """The points every cell's search starts with (what `--dry-run` lists)."""
+    return tuple(itertools.product(*(key.grid for key in tune.keys)))
+
+
+def extension_rule(tune: Tune) -> str:
+    """The bracketing rule in one sentence, for `--dry-run`."""
+    keys = ", ".join(f"{k.key} ×{k.ratio:.3g}" for k in tune.keys)
+    return (
+        f"selection on {tune.metric} (mean over tune seeds {list(tune.seeds)}); while the best point is at the lowest "
+        f"or highest value of a key, that key extends one step past it ({keys}), at most {tune.extend} step(s) per "
+        "side; a key still at an edge is reported unbracketed; then the cell's seeds run at the chosen point"
+    )
