@@ -149,7 +149,7 @@ def test_compare_within_groups_and_margins_reach_the_report(sweep_dir):
     "entries, expected",
     [
         ({"equivalence_margin": {"val/loss": -1}}, "positive number"),
-        ({"equivalence_margin": {"train/loss": 0.1}}, "not a validation metric"),
+        ({"equivalence_margin": {"train/loss": 0.1}}, "not a validation or test metric"),
         ({"compare_within": "model.arch.nope"}, "some, not all, of the spec's axes"),
         ({"compare_within": ["model.arch.norm", "model.arch.activation"]}, "some, not all"),
     ],
