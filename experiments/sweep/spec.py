@@ -35,9 +35,10 @@ from experiments.records.values import format_value
 ROOT = Path(__file__).resolve().parents[2]  # runs start here: spec paths are relative to it
 
 SPEC_KEYS = ("extends", "base", "fixed", "grid", "cells", "seeds", "baseline", "checkpoint_every", "launcher")
-# read by the report only (experiments/analysis): equivalence margins per metric, groups to compare within
-ANALYSIS_KEYS = ("equivalence_margin", "compare_within")
-SPEC_KEYS += ANALYSIS_KEYS
+# the report's options, read by the analysis only (experiments/analysis): equivalence margins per metric,
+# groups to compare within
+REPORT_KEYS = ("equivalence_margin", "compare_within")
+SPEC_KEYS += REPORT_KEYS
 SPEC_KEYS += ("require_clean",)  # refuse to start from a dirty git tree (experiments/sweep/provenance.py)
 # the `launcher:` block: resources of each job of `--launcher slurm` (and `local`: timeout_min, gpus_per_node);
 # nodes and tasks per node come from each run's trainer.num_nodes and trainer.devices
@@ -89,9 +90,9 @@ class Spec:
         baseline: name of the cell the others are compared with.
         checkpoint_every: training steps between checkpoints (resumption granularity).
         launcher: the `launcher:` block (scheduler resources), validated; {} when absent.
-        analysis: `equivalence_margin` (metric -> margin: a TOST equivalence test against it) and
-            `compare_within` (axes: each group of cells sharing their values is compared within itself),
-            validated; {} when absent.
+        report_options: the report's options: `equivalence_margin` (metric -> margin: a TOST equivalence
+            test against it) and `compare_within` (axes: each group of cells sharing their values is compared
+            within itself), validated; {} when absent.
         require_clean: refuse to start from a git tree with uncommitted changes.
     """
 
@@ -104,7 +105,7 @@ class Spec:
     baseline: str
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY
     launcher: dict[str, Any] = field(default_factory=dict)
-    analysis: dict[str, Any] = field(default_factory=dict)
+    report_options: dict[str, Any] = field(default_factory=dict)
     require_clean: bool = False
     cell_by_name: dict[str, Cell] = field(init=False, repr=False, compare=False)
 
@@ -122,7 +123,7 @@ class Spec:
             "seeds": list(self.seeds),
             "baseline": self.baseline,
             "checkpoint_every": self.checkpoint_every,
-        } | ({"launcher": self.launcher} if self.launcher else {}) | self.analysis | (
+        } | ({"launcher": self.launcher} if self.launcher else {}) | self.report_options | (
             {"require_clean": True} if self.require_clean else {}
         )  # only when set: older files match
 
@@ -197,7 +198,7 @@ def _expand(raw: Mapping[str, Any]) -> tuple[tuple[str, ...], list[Cell]]:
     return axes, [Cell(name or cell_name(o, labels), o) for name, o in overrides]
 
 
-def _analysis(raw: Mapping[str, Any], axes: tuple[str, ...]) -> dict[str, Any]:
+def _report_options(raw: Mapping[str, Any], axes: tuple[str, ...]) -> dict[str, Any]:
     """The report's options, checked: `equivalence_margin` maps `val/*` metrics to positive margins;
     `compare_within` names one axis or a list of axes of this spec (fewer than all of them)."""
     out: dict[str, Any] = {}
@@ -352,6 +353,6 @@ def load_spec(path: str | Path) -> Spec:
         baseline=_baseline(raw.get("baseline"), cells),
         checkpoint_every=every,
         launcher=_launcher(raw.get("launcher")),
-        analysis=_analysis(raw, axes),
+        report_options=_report_options(raw, axes),
         require_clean=require_clean,
     )
