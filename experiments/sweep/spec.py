@@ -113,7 +113,8 @@ class Spec:
         object.__setattr__(self, "cell_by_name", {c.name: c for c in self.cells})
 
     def snapshot(self) -> dict[str, Any]:
-        """What `sweep.json` keeps: enough for the report and to refuse mixing two sweeps in one folder."""
+        """The spec's part of `sweep.json`, enough for the report (`experiments.sweep.same_sweep.sweep_info`
+        adds each cell's resolved config, which decides whether a folder's sweep may resume)."""
         return {
             "spec": str(self.path),
             "base": list(self.base),

@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
+from experiments.records.layout import SWEEP_INFO
+from experiments.sweep.same_sweep import check_same_sweep
 from experiments.sweep.spec import load_spec, read_spec
+from experiments.sweep.validate import check_spec
 from tools import report, sweep
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -103,16 +106,22 @@ def test_every_study_is_a_folder():
 
 @pytest.mark.parametrize("spec", [s for s in SPECS if "studies" in s.parts], ids=lambda p: p.stem)
 def test_committed_results_match_their_spec(spec):
-    """A study's committed sweep folder was made by this spec (resuming it would be refused otherwise).
-    `require_clean` may have been set since: it decides which trees a sweep starts from, not any run's
-    settings (the runs' own commits are checked in test_committed_provenance)."""
-    results = spec.parent / "results" / spec.stem / "sweep.json"
-    if not results.exists():
+    """A study's committed sweep folder was made by this spec: resuming it is accepted (its cells resolve
+    to the runs' configs, however the spec spells them now: shared base configs, values no longer restated),
+    and its cells, seeds, baseline and report options are the spec's. `require_clean` may have been set
+    since: it decides which trees a sweep starts from, not any run's settings (the runs' own commits are
+    checked in test_committed_provenance)."""
+    folder = spec.parent / "results" / spec.stem
+    if not (folder / SWEEP_INFO).exists():
         pytest.skip(f"{spec.stem} has no committed results")
-    old, new = json.loads(results.read_text()), load_spec(spec).snapshot()
+    if needs_shared_data(spec) and not SHARED.exists():
+        pytest.skip(f"{SHARED} is absent")
+    loaded = load_spec(spec)
+    old, new = json.loads((folder / SWEEP_INFO).read_text()), loaded.snapshot()
     assert old["spec"] == str(spec.relative_to(ROOT))
-    ignored = ("spec", "require_clean")
-    assert {k: v for k, v in old.items() if k not in ignored} == {k: v for k, v in new.items() if k not in ignored}
+    check_same_sweep(folder, loaded, check_spec(loaded))
+    spelt = ("spec", "require_clean", "base", "fixed")  # how the runs' settings are written: compared resolved
+    assert {k: v for k, v in old.items() if k not in spelt} == {k: v for k, v in new.items() if k not in spelt}
 
 
 def test_report_rebuilds_a_committed_study(tmp_path):
