@@ -16,7 +16,7 @@ import yaml
 
 from experiments.records.layout import SWEEP_INFO
 from experiments.sweep.same_sweep import check_same_sweep
-from experiments.sweep.spec import load_spec, read_spec
+from experiments.sweep.spec import load_spec, pretrained_files, read_spec
 from experiments.sweep.validate import check_spec
 from tools import report, sweep
 
@@ -30,32 +30,27 @@ def needs_shared_data(spec: Path) -> bool:
     return "../shared/data" in spec.read_text()
 
 
-# a spec's input made by another spec of its study (a fine-tune's pre-trained checkpoint and vocabulary)
-OTHER_RESULTS = re.compile(r"^experiments/studies/(\w+)/results/(\w+)/")
-
-
-def smoke_inputs(fixed: dict, tmp_path: Path) -> dict:
-    """`fixed` with inputs that another spec's results provide, and that are not on disk (checkpoints are
-    not committed), made by that spec's own smoke run under `tmp_path`."""
-    fixed = dict(fixed)
-    for key, value in fixed.items():
-        match = OTHER_RESULTS.match(value) if isinstance(value, str) else None
-        if match is None or (ROOT / value).exists():
-            continue
-        study, name = match.groups()
-        out = tmp_path / "inputs" / name
-        if not out.exists():
-            spec = smoke_spec(ROOT / "experiments" / "studies" / study / f"{name}.yaml", tmp_path / "inputs")
-            assert sweep.main([str(spec), "--out", str(out), "--threads", "1"]) == 0
-        fixed[key] = str(out / value[match.end() :])
-    return fixed
+def smoke_inputs(pretrained: dict | None, tmp_path: Path) -> dict | None:
+    """A spec's `pretrained:` block (a fine-tune's pre-trained checkpoint and vocabulary, files of another
+    spec's run), pointed at that spec's own smoke run under `tmp_path` where its files are not on disk
+    (checkpoints are not committed)."""
+    if not pretrained or all((ROOT / f).exists() for f in pretrained_files(pretrained).values()):
+        return pretrained
+    inputs = tmp_path / "inputs"
+    other = smoke_spec(Path(pretrained["spec"]), inputs)  # its run: inputs/results/<name>/<cell>/seed<k>
+    out = inputs / "results" / other.stem
+    if not out.exists():
+        assert sweep.main([str(other), "--out", str(out), "--threads", "1"]) == 0
+    return pretrained | {"spec": str(other)}
 
 
 def smoke_spec(spec: Path, tmp_path: Path) -> Path:
     """The spec with one seed, two training steps and one validation batch."""
     data = read_spec(spec)  # `extends:` resolved: the copy lives elsewhere
     data["seeds"] = data.get("seeds", [0])[:1]
-    data["fixed"] = smoke_inputs(data.get("fixed") or {}, tmp_path) | {
+    if "pretrained" in data:
+        data["pretrained"] = smoke_inputs(data["pretrained"], tmp_path)
+    data["fixed"] = (data.get("fixed") or {}) | {
         "trainer.max_steps": 2,
         "trainer.val_check_interval": 2,
         "trainer.limit_val_batches": 1,
