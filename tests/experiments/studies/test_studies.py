@@ -27,7 +27,11 @@ SHARED = ROOT.parent / "shared" / "data"
 
 
 def needs_shared_data(spec: Path) -> bool:
-    return "../shared/data" in spec.read_text()
+    """Whether the spec's runs read ../shared/data: a value of its `fixed` (its `extends:` applied) or of its
+    base configs (configs/gpt/tinyshakespeare_small.yaml)."""
+    data = read_spec(spec)
+    base = [data["base"]] if isinstance(data["base"], str) else data["base"]
+    return any("../shared/data" in text for text in [str(data.get("fixed")), *((ROOT / b).read_text() for b in base)])
 
 
 def smoke_inputs(pretrained: dict | None, tmp_path: Path) -> dict | None:
