@@ -12,15 +12,20 @@ from cli import cli_main
 
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 FAMILIES = ["gpt", "bert", "translation", "vit"]
+# a config that is a diff of another overlay, not of its family's base alone (its usage line gives the stack)
+OVERLAYS = {"vit/cifar10_recipe.yaml": ["vit/recipe.yaml"]}
 
 
 def config_stacks() -> list[list[Path]]:
-    """Each config file with what it overlays: a family's base, or the GPT base for ablations."""
+    """Each config file with what it overlays: a family's base (and OVERLAYS), or the GPT base for ablations."""
     stacks = []
     for family in FAMILIES:
         base = CONFIGS / family / "base.yaml"
         stacks.append([base])
-        stacks += [[base, f] for f in sorted((CONFIGS / family).glob("*.yaml")) if f.name != "base.yaml"]
+        for f in sorted((CONFIGS / family).glob("*.yaml")):
+            if f.name != "base.yaml":
+                under = [CONFIGS / o for o in OVERLAYS.get(f"{family}/{f.name}", [])]
+                stacks.append([base, *under, f])
     stacks += [[CONFIGS / "gpt/base.yaml", f] for f in sorted((CONFIGS / "ablations").glob("*.yaml"))]
     return stacks
 

@@ -35,7 +35,7 @@ from experiments.sweep.provenance import check_tree
 from experiments.sweep.resources import auto_jobs, threads_per_process
 from experiments.sweep.runner import plan
 from experiments.sweep.runs import Run, available_cores
-from experiments.sweep.same_sweep import check_same_sweep
+from experiments.sweep.same_sweep import check_same_sweep, sweep_info
 from experiments.sweep.spec import Spec, SpecError, load_spec
 from experiments.sweep.supersede import supersede
 from experiments.sweep.tuning import extension_rule, initial_points
@@ -132,7 +132,7 @@ def main(argv: list[str]) -> int:
         spec = load_spec(args.spec)
         checked = check_spec(spec)
         out_dir = (args.out or Path("runs") / spec.path.stem).resolve()
-        check_same_sweep(out_dir, spec)
+        check_same_sweep(out_dir, spec, checked)
         check_tree(spec, out_dir, args.dry_run)
         ledger = Ledger(out_dir / LEDGER_NAME, spec.ledger_axes)
         if args.jobs == "auto":
@@ -163,7 +163,7 @@ def main(argv: list[str]) -> int:
             print(f"moved the old runs of {', '.join(args.rerun)} to {_shown(moved)}")
         runs = sweep_runs(spec, checked, out_dir, threads, ledger)  # a tuned cell searches again
     out_dir.mkdir(parents=True, exist_ok=True)
-    write_json_atomic(out_dir / SWEEP_INFO, spec.snapshot())
+    write_json_atomic(out_dir / SWEEP_INFO, sweep_info(spec, checked))
     axis_values = {name: c.axis_values for name, c in checked.items()}
     try:
         with terminate_as_interrupt():

@@ -14,6 +14,9 @@ A spec is YAML (a study's specs live in `experiments/studies/<study>/`)::
     launcher: {partition: gpu, timeout_min: 240}           # resources of `--launcher slurm` jobs (optional)
     require_clean: true                                    # refuse to start from uncommitted code (optional)
     tune: {grid: {optim.lr: [1.0e-3, 3.0e-3, 1.0e-2]}}     # each cell at its own tuned lr (experiments/sweep/tuning.py)
+    pretrained:                                            # keys that take files of another spec's run (optional):
+      spec: pretrain.yaml                                  # from this one; the run: results/pretrain/<cell>/seed<k>
+      files: {model.init_from: checkpoints/last.ckpt, data.tokenizer_file: tokenizer.json}
 
 This module only reads and expands the file (no torch); `experiments.sweep.validate` checks the values
 against the suite's own parser.
@@ -38,11 +41,15 @@ from experiments.sweep.tuning import Tune, TuneError, parse_tune
 ROOT = Path(__file__).resolve().parents[2]  # runs start here: spec paths are relative to it
 
 SPEC_KEYS = ("extends", "base", "fixed", "grid", "cells", "seeds", "baseline", "checkpoint_every", "launcher")
-# read by the report only (experiments/analysis): equivalence margins per metric, groups to compare within
-ANALYSIS_KEYS = ("equivalence_margin", "compare_within")
-SPEC_KEYS += ANALYSIS_KEYS
+# the report's options, read by the analysis only (experiments/analysis): equivalence margins per metric,
+# groups to compare within
+REPORT_KEYS = ("equivalence_margin", "compare_within")
+SPEC_KEYS += REPORT_KEYS
 SPEC_KEYS += ("require_clean",)  # refuse to start from a dirty git tree (experiments/sweep/provenance.py)
 SPEC_KEYS += ("tune",)  # each cell at its own tuned values, selected on validation (experiments/sweep/tuning.py)
+SPEC_KEYS += ("pretrained",)  # keys that take files of another spec's run (`pretrained_files`)
+PRETRAINED_KEYS = ("spec", "files", "cell", "seed")
+RESULTS_DIR = "results"  # a study's spec keeps its sweep folder at results/<spec name>/ beside it
 # the `launcher:` block: resources of each job of `--launcher slurm` (and `local`: timeout_min, gpus_per_node);
 # nodes and tasks per node come from each run's trainer.num_nodes and trainer.devices
 LAUNCHER_KEYS: dict[str, tuple[type, ...]] = {
@@ -93,9 +100,9 @@ class Spec:
         baseline: name of the cell the others are compared with.
         checkpoint_every: training steps between checkpoints (resumption granularity).
         launcher: the `launcher:` block (scheduler resources), validated; {} when absent.
-        analysis: `equivalence_margin` (metric -> margin: a TOST equivalence test against it) and
-            `compare_within` (axes: each group of cells sharing their values is compared within itself),
-            validated; {} when absent.
+        report_options: the report's options: `equivalence_margin` (metric -> margin: a TOST equivalence
+            test against it) and `compare_within` (axes: each group of cells sharing their values is compared
+            within itself), validated; {} when absent.
         require_clean: refuse to start from a git tree with uncommitted changes.
         tune: the `tune:` block (`experiments.sweep.tuning`); None for a plain sweep.
     """
@@ -109,7 +116,7 @@ class Spec:
     baseline: str
     checkpoint_every: int = DEFAULT_CHECKPOINT_EVERY
     launcher: dict[str, Any] = field(default_factory=dict)
-    analysis: dict[str, Any] = field(default_factory=dict)
+    report_options: dict[str, Any] = field(default_factory=dict)
     require_clean: bool = False
     tune: Tune | None = None
     cell_by_name: dict[str, Cell] = field(init=False, repr=False, compare=False)
@@ -123,7 +130,8 @@ class Spec:
         return self.axes + ((PHASE_COLUMN, *self.tune.names) if self.tune else ())
 
     def snapshot(self) -> dict[str, Any]:
-        """What `sweep.json` keeps: enough for the report and to refuse mixing two sweeps in one folder."""
+        """The spec's part of `sweep.json`, enough for the report (`experiments.sweep.same_sweep.sweep_info`
+        adds each cell's resolved config, which decides whether a folder's sweep may resume)."""
         return {
             "spec": str(self.path),
             "base": list(self.base),
@@ -133,7 +141,7 @@ class Spec:
             "seeds": list(self.seeds),
             "baseline": self.baseline,
             "checkpoint_every": self.checkpoint_every,
-        } | ({"launcher": self.launcher} if self.launcher else {}) | self.analysis | (
+        } | ({"launcher": self.launcher} if self.launcher else {}) | self.report_options | (
             {"require_clean": True} if self.require_clean else {}
         ) | ({"tune": self.tune.snapshot()} if self.tune else {})  # only when set: older files match
 
@@ -208,7 +216,7 @@ def _expand(raw: Mapping[str, Any]) -> tuple[tuple[str, ...], list[Cell]]:
     return axes, [Cell(name or cell_name(o, labels), o) for name, o in overrides]
 
 
-def _analysis(raw: Mapping[str, Any], axes: tuple[str, ...]) -> dict[str, Any]:
+def _report_options(raw: Mapping[str, Any], axes: tuple[str, ...]) -> dict[str, Any]:
     """The report's options, checked: `equivalence_margin` maps `val/*` metrics to positive margins;
     `compare_within` names one axis or a list of axes of this spec (fewer than all of them)."""
     out: dict[str, Any] = {}
@@ -276,11 +284,75 @@ def _baseline(value: Any, cells: list[Cell]) -> str:
     return matches[0]
 
 
+def _known_keys(value: Any, valid: tuple[str, ...], where: str, what: str = "key(s)") -> dict[str, Any]:
+    """`value` as a dict, when it is a mapping of `valid` keys; else a SpecError that lists them."""
+    if not isinstance(value, Mapping):
+        raise SpecError(f"{where}: needs a mapping with keys {list(valid)}, got {value!r}")
+    unknown = [k for k in value if k not in valid]
+    if unknown:
+        raise SpecError(f"{where}: unknown {what} {unknown}; valid keys: {list(valid)}")
+    return dict(value)
+
+
+def _pretrained(value: Any, path: Path) -> dict[str, Any]:
+    """The `pretrained:` block of the spec at `path`, checked, its `spec` made absolute."""
+    out = _known_keys(value, PRETRAINED_KEYS, f"{path}: pretrained")
+    if "spec" in out:
+        if not isinstance(out["spec"], str):
+            raise SpecError(f"{path}: pretrained.spec: needs the path of another spec, got {out['spec']!r}")
+        out["spec"] = str((path.parent / out["spec"]).resolve())
+    if "files" in out:
+        files = _mapping(out["files"], "pretrained.files")
+        if not files or not all(isinstance(f, str) and f for f in files.values()):
+            raise SpecError(f"{path}: pretrained.files: needs keys mapped to files of the run, got {out['files']!r}")
+    if "cell" in out and not isinstance(out["cell"], str):
+        raise SpecError(f"{path}: pretrained.cell: needs a cell name, got {out['cell']!r}")
+    if "seed" in out and (isinstance(out["seed"], bool) or not isinstance(out["seed"], int)):
+        raise SpecError(f"{path}: pretrained.seed: needs a seed, got {out['seed']!r}")
+    return out
+
+
+def pretrained_files(pretrained: Mapping[str, Any] | None) -> dict[str, str]:
+    """The `fixed` keys a `pretrained:` block gives: each key of `files`, the path of that file in the other
+    spec's run, relative to the repository root (where runs start) when it is below it.
+
+    The run is the other spec's only cell and seed (or its `cell:` and `seed:`), in its sweep folder
+    `results/<its name>/` beside it: where a study keeps each spec's sweep folder, and where the other
+    spec's documented command puts it. A fine-tune so names the run it starts from once, instead of
+    restating its folder in every key (and in every variant for another family).
+
+    Args:
+        pretrained: the spec's `pretrained:` block, as `read_spec` returns it; None when absent.
+    """
+    if not pretrained:
+        return {}
+    missing = [k for k in ("spec", "files") if k not in pretrained]
+    if missing:
+        raise SpecError(f"pretrained: needs {missing}: the other spec and the keys that take files of its run")
+    path = Path(pretrained["spec"])
+    other = read_spec(path)
+    _, cells = _expand(other)
+    names, seeds = [c.name for c in cells], other.get("seeds", [0])
+    cell, seed = pretrained.get("cell"), pretrained.get("seed")
+    if cell is None and len(names) != 1:
+        raise SpecError(f"pretrained: {path.name} has cells {names}: name one with pretrained.cell")
+    if seed is None and len(seeds) != 1:
+        raise SpecError(f"pretrained: {path.name} has seeds {seeds}: name one with pretrained.seed")
+    cell, seed = names[0] if cell is None else cell, seeds[0] if seed is None else seed
+    if cell not in names or seed not in seeds:
+        raise SpecError(f"pretrained: {path.name} has no run {cell}/seed{seed}; cells: {names}, seeds: {seeds}")
+    run = path.parent / RESULTS_DIR / path.stem / cell / f"seed{seed}"
+    if run.is_relative_to(ROOT):
+        run = run.relative_to(ROOT)
+    return {key: str(run / file) for key, file in pretrained["files"].items()}
+
+
 def read_spec(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
     """The spec's mapping with `extends:` applied: a variant is a small diff of the spec it extends.
 
-    The extended spec's keys are the defaults; `fixed` and `launcher` are merged key by key (the
-    variant's values win), `grid`/`cells` of the variant replace the extended ones, every other key replaces.
+    The extended spec's keys are the defaults; `fixed`, `launcher` and `pretrained` are merged key by key
+    (the variant's values win), `grid`/`cells` of the variant replace the extended ones, every other key
+    replaces. `pretrained.spec` becomes an absolute path (it is a path from the file that gives it).
 
     Args:
         path: the YAML file.
@@ -292,12 +364,9 @@ def read_spec(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         raw = yaml.safe_load(path.read_text())
     except (OSError, yaml.YAMLError) as err:
         raise SpecError(f"cannot read spec {path}: {err}") from err
-    if not isinstance(raw, Mapping):
-        raise SpecError(f"{path}: a spec is a YAML mapping with keys {list(SPEC_KEYS)}")
-    unknown = [k for k in raw if k not in SPEC_KEYS]
-    if unknown:
-        raise SpecError(f"{path}: unknown top-level key(s) {unknown}; valid keys: {list(SPEC_KEYS)}")
-    raw = dict(raw)
+    raw = _known_keys(raw, SPEC_KEYS, f"{path}: a spec", "top-level key(s)")
+    if "pretrained" in raw:
+        raw["pretrained"] = _pretrained(raw["pretrained"], path)
     parent_name = raw.pop("extends", None)
     if parent_name is None:
         return raw
@@ -309,7 +378,9 @@ def read_spec(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         parent.pop("cells", None)
     fixed = _mapping(parent.get("fixed"), "fixed") | _mapping(raw.pop("fixed", None), "fixed")
     launcher = _launcher(parent.get("launcher")) | _launcher(raw.pop("launcher", None))
-    return parent | raw | ({"fixed": fixed} if fixed else {}) | ({"launcher": launcher} if launcher else {})
+    pretrained = (parent.get("pretrained") or {}) | (raw.pop("pretrained", None) or {})
+    merged = {"fixed": fixed, "launcher": launcher, "pretrained": pretrained}
+    return parent | raw | {key: value for key, value in merged.items() if value}
 
 
 def load_spec(path: str | Path) -> Spec:
@@ -331,6 +402,11 @@ def load_spec(path: str | Path) -> Spec:
 
     fixed = _mapping(raw.get("fixed"), "fixed")
     axes, cells = _expand(raw)
+    derived = pretrained_files(raw.get("pretrained"))
+    clash = [k for k in derived if k in fixed or k in axes]
+    if clash:
+        raise SpecError(f"pretrained.files: key(s) {clash} are also fixed or varied; keep each in one place")
+    fixed |= derived
     clash = [k for k in axes if k in fixed]
     if clash:
         raise SpecError(f"key(s) {clash} are both fixed and varied; keep each in one place")
@@ -367,7 +443,7 @@ def load_spec(path: str | Path) -> Spec:
         baseline=_baseline(raw.get("baseline"), cells),
         checkpoint_every=every,
         launcher=_launcher(raw.get("launcher")),
-        analysis=_analysis(raw, axes),
+        report_options=_report_options(raw, axes),
         require_clean=require_clean,
         tune=tune,
     )

@@ -15,7 +15,7 @@ import contextlib
 import io
 import json
 import logging
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -45,12 +45,15 @@ class CheckedCell:
         seed_keys: keys that take the run's seed besides `seed_everything` (`data.init_args.seed`).
         axis_values: the resolved value of every axis key for this cell (also where it did not set it).
         shape: the processes each of its runs starts (`trainer.devices` × `trainer.num_nodes`).
+        resolved: its whole config as the parser made it (`resolved_config`): what every run of the cell
+            runs, but for the seed and the runner's logger, callbacks and checkpoint.
     """
 
     cell: Cell
     seed_keys: tuple[str, ...]
     axis_values: dict[str, Any]
     shape: RunShape = RunShape(devices=1)
+    resolved: dict[str, Any] = field(default_factory=dict, compare=False)
 
 
 def override_args(overrides: dict[str, Any]) -> list[str]:
@@ -58,17 +61,25 @@ def override_args(overrides: dict[str, Any]) -> list[str]:
     return [f"--{key}={format_value(value)}" for key, value in overrides.items()]
 
 
-def cell_args(spec: Spec, cell: Cell, root: Path | None = None) -> list[str]:
-    """The arguments that define a cell: base configs, then fixed, then the cell's overrides.
+def config_args(
+    base: list[str] | tuple[str, ...], fixed: dict[str, Any], overrides: dict[str, Any], root: Path | None = None
+) -> list[str]:
+    """`-c` for each base config, then `--key=value` for each fixed key and each override.
 
     Args:
-        spec: the sweep.
-        cell: one of its cells.
+        base: config files, in order.
+        fixed: overrides of every run.
+        overrides: the cell's own.
         root: prefix of the config paths (runs start in the repository root and need none; a parse
             in this process must not depend on its working directory).
     """
-    configs = [arg for path in spec.base for arg in ("-c", str(root / path) if root else path)]
-    return configs + override_args(spec.fixed) + override_args(cell.overrides)
+    configs = [arg for path in base for arg in ("-c", str(root / path) if root else path)]
+    return configs + override_args(fixed) + override_args(overrides)
+
+
+def cell_args(spec: Spec, cell: Cell, root: Path | None = None) -> list[str]:
+    """The arguments that define a cell: base configs, then fixed, then the cell's overrides (`config_args`)."""
+    return config_args(spec.base, spec.fixed, cell.overrides, root)
 
 
 def parse(args: list[str]) -> Any:
@@ -90,6 +101,14 @@ def parse(args: list[str]) -> Any:
         raise SpecError(error.strip()) from None
     finally:
         seed_log.setLevel(level)
+
+
+def resolved_config(config: Any) -> dict[str, Any]:
+    """A parsed config as JSON data (what `sweep.json` keeps), without `config`: the list of config files
+    given, whose paths say where the repository is and how the settings were spelt, not what runs."""
+    data = json.loads(json.dumps(config.as_dict(), default=str))
+    data.pop("config", None)
+    return data
 
 
 def config_value(config: Any, key: str) -> Any:
@@ -154,8 +173,8 @@ def check_cell(spec: Spec, cell: Cell) -> tuple[CheckedCell, str]:
         shape = run_shape(trainer)
     except ValueError as err:
         raise SpecError(f"cell {cell.name!r} ({spec.path}): {err}") from None
-    fingerprint = json.dumps(config.as_dict(), sort_keys=True, default=str)
-    return CheckedCell(cell, seed_keys, axis_values, shape), fingerprint
+    resolved = resolved_config(config)
+    return CheckedCell(cell, seed_keys, axis_values, shape, resolved), json.dumps(resolved, sort_keys=True)
 
 
 def check_spec(spec: Spec) -> dict[str, CheckedCell]:

@@ -14,7 +14,10 @@ from pathlib import Path
 import pytest
 import yaml
 
-from experiments.sweep.spec import load_spec, read_spec
+from experiments.records.layout import SWEEP_INFO
+from experiments.sweep.same_sweep import check_same_sweep
+from experiments.sweep.spec import load_spec, pretrained_files, read_spec
+from experiments.sweep.validate import check_spec
 from tools import report, sweep
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -24,35 +27,34 @@ SHARED = ROOT.parent / "shared" / "data"
 
 
 def needs_shared_data(spec: Path) -> bool:
-    return "../shared/data" in spec.read_text()
+    """Whether the spec's runs read ../shared/data: a value of its `fixed` (its `extends:` applied) or of its
+    base configs (configs/gpt/tinyshakespeare_small.yaml)."""
+    data = read_spec(spec)
+    base = [data["base"]] if isinstance(data["base"], str) else data["base"]
+    return any("../shared/data" in text for text in [str(data.get("fixed")), *((ROOT / b).read_text() for b in base)])
 
 
-# a spec's input made by another spec of its study (a fine-tune's pre-trained checkpoint and vocabulary)
-OTHER_RESULTS = re.compile(r"^experiments/studies/(\w+)/results/(\w+)/")
-
-
-def smoke_inputs(fixed: dict, tmp_path: Path) -> dict:
-    """`fixed` with inputs that another spec's results provide, and that are not on disk (checkpoints are
-    not committed), made by that spec's own smoke run under `tmp_path`."""
-    fixed = dict(fixed)
-    for key, value in fixed.items():
-        match = OTHER_RESULTS.match(value) if isinstance(value, str) else None
-        if match is None or (ROOT / value).exists():
-            continue
-        study, name = match.groups()
-        out = tmp_path / "inputs" / name
-        if not out.exists():
-            spec = smoke_spec(ROOT / "experiments" / "studies" / study / f"{name}.yaml", tmp_path / "inputs")
-            assert sweep.main([str(spec), "--out", str(out), "--threads", "1"]) == 0
-        fixed[key] = str(out / value[match.end() :])
-    return fixed
+def smoke_inputs(pretrained: dict | None, tmp_path: Path) -> dict | None:
+    """A spec's `pretrained:` block (a fine-tune's pre-trained checkpoint and vocabulary, files of another
+    spec's run), pointed at that spec's own smoke run under `tmp_path` where its files are not on disk
+    (checkpoints are not committed)."""
+    if not pretrained or all((ROOT / f).exists() for f in pretrained_files(pretrained).values()):
+        return pretrained
+    inputs = tmp_path / "inputs"
+    other = smoke_spec(Path(pretrained["spec"]), inputs)  # its run: inputs/results/<name>/<cell>/seed<k>
+    out = inputs / "results" / other.stem
+    if not out.exists():
+        assert sweep.main([str(other), "--out", str(out), "--threads", "1"]) == 0
+    return pretrained | {"spec": str(other)}
 
 
 def smoke_spec(spec: Path, tmp_path: Path) -> Path:
     """The spec with one seed, two training steps and one validation batch."""
     data = read_spec(spec)  # `extends:` resolved: the copy lives elsewhere
     data["seeds"] = data.get("seeds", [0])[:1]
-    data["fixed"] = smoke_inputs(data.get("fixed") or {}, tmp_path) | {
+    if "pretrained" in data:
+        data["pretrained"] = smoke_inputs(data["pretrained"], tmp_path)
+    data["fixed"] = (data.get("fixed") or {}) | {
         "trainer.max_steps": 2,
         "trainer.val_check_interval": 2,
         "trainer.limit_val_batches": 1,
@@ -103,16 +105,22 @@ def test_every_study_is_a_folder():
 
 @pytest.mark.parametrize("spec", [s for s in SPECS if "studies" in s.parts], ids=lambda p: p.stem)
 def test_committed_results_match_their_spec(spec):
-    """A study's committed sweep folder was made by this spec (resuming it would be refused otherwise).
-    `require_clean` may have been set since: it decides which trees a sweep starts from, not any run's
-    settings (the runs' own commits are checked in test_committed_provenance)."""
-    results = spec.parent / "results" / spec.stem / "sweep.json"
-    if not results.exists():
+    """A study's committed sweep folder was made by this spec: resuming it is accepted (its cells resolve
+    to the runs' configs, however the spec spells them now: shared base configs, values no longer restated),
+    and its cells, seeds, baseline and report options are the spec's. `require_clean` may have been set
+    since: it decides which trees a sweep starts from, not any run's settings (the runs' own commits are
+    checked in test_committed_provenance)."""
+    folder = spec.parent / "results" / spec.stem
+    if not (folder / SWEEP_INFO).exists():
         pytest.skip(f"{spec.stem} has no committed results")
-    old, new = json.loads(results.read_text()), load_spec(spec).snapshot()
+    if needs_shared_data(spec) and not SHARED.exists():
+        pytest.skip(f"{SHARED} is absent")
+    loaded = load_spec(spec)
+    old, new = json.loads((folder / SWEEP_INFO).read_text()), loaded.snapshot()
     assert old["spec"] == str(spec.relative_to(ROOT))
-    ignored = ("spec", "require_clean")
-    assert {k: v for k, v in old.items() if k not in ignored} == {k: v for k, v in new.items() if k not in ignored}
+    check_same_sweep(folder, loaded, check_spec(loaded))
+    spelt = ("spec", "require_clean", "base", "fixed")  # how the runs' settings are written: compared resolved
+    assert {k: v for k, v in old.items() if k not in spelt} == {k: v for k, v in new.items() if k not in spelt}
 
 
 def test_report_rebuilds_a_committed_study(tmp_path):

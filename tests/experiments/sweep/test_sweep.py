@@ -117,6 +117,7 @@ def test_sweep_writes_ledger_report_and_plots(main_sweep):
     assert code == 0
     rows = by_run(read_rows(out))
     assert set(rows) == {(c, s) for c in ("pos_encoding=learned", "pos_encoding=alibi") for s in ("0", "1")}
+    resolved = {c["name"]: c["resolved"] for c in json.loads((out / "sweep.json").read_text())["cells"]}
     for (cell, seed), row in rows.items():
         assert row["status"] == "done" and row["steps"] == "12" and not row["error"]
         assert row["model.arch.pos_encoding"] == cell.split("=")[1]
@@ -129,6 +130,8 @@ def test_sweep_writes_ledger_report_and_plots(main_sweep):
         config = yaml.safe_load((run_dir / "config.yaml").read_text())
         assert config["seed_everything"] == int(seed) and config["data"]["init_args"]["seed"] == int(seed)
         assert config["model"]["init_args"]["arch"]["pos_encoding"] == cell.split("=")[1]
+        kept, ran = resolved[cell]["model"]["init_args"], config["model"]["init_args"]  # sweep.json: what runs
+        assert kept["arch"] == ran["arch"] and kept["optim"] == ran["optim"]
         assert list(run_dir.glob("events.out.tfevents.*")) and (run_dir / "run.log").stat().st_size
     # learned positions end at 16: no loss at 32, shown n/a
     assert rows[("pos_encoding=learned", "0")]["val/loss@32"] == ""
