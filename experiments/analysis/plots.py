@@ -25,6 +25,21 @@ def _save(fig, path: Path) -> None:
     fig.savefig(buffer, format="png", dpi=110)
     write_atomic(path, buffer.getvalue())
 
+def _finish(fig, ax, path: Path, drawn: bool, xlabel: str, ylabel: str, title: str) -> bool:
+    """Labels, grid and legend, then the PNG when anything was drawn; closes the figure. Returns `drawn`."""
+    if drawn:
+        ax.set_xlabel(xlabel)
+        ax.set_ylabel(ylabel)
+        ax.set_title(title)
+        ax.grid(alpha=0.3)
+        ax.legend(fontsize="small")
+        fig.tight_layout()
+        path.parent.mkdir(parents=True, exist_ok=True)
+        _save(fig, path)
+    plt.close(fig)
+    return drawn
+
+
 def seed_band(curves: Sequence[Curve]) -> dict[int, tuple[float, float, float]]:
     """step -> (mean, min, max) over the runs' finite values at that step.
 
@@ -58,17 +73,7 @@ def learning_curves(runs_by_cell: Mapping[str, Sequence[Curve]], metric: str, pa
         if len(curves) > 1:
             ax.fill_between(steps, low, high, color=line.get_color(), alpha=0.2)
         drawn = True
-    if drawn:
-        ax.set_xlabel("step")
-        ax.set_ylabel(metric)
-        ax.set_title(f"{metric}: mean over seeds, band = min–max")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _save(fig, path)
-    plt.close(fig)
-    return drawn
+    return _finish(fig, ax, path, drawn, "step", metric, f"{metric}: mean over seeds, band = min–max")
 
 
 # what an evaluation "length" of a `val/loss@N` metric is: tokens, or an image's side in pixels (ViT)
@@ -102,17 +107,8 @@ def length_curves(loss_by_cell: Mapping[str, Mapping[int, float]], path: Path, u
         ax.set_xscale("log", base=2)
         lengths = sorted({length for losses in loss_by_cell.values() for length in losses})
         ax.set_xticks(lengths, [str(length) for length in lengths])
-        xlabel, title = EVALUATION_AXES[unit]
-        ax.set_xlabel(xlabel)
-        ax.set_ylabel("val/loss")
-        ax.set_title(title)
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _save(fig, path)
-    plt.close(fig)
-    return drawn
+    xlabel, title = EVALUATION_AXES[unit]
+    return _finish(fig, ax, path, drawn, xlabel, "val/loss", title)
 
 
 def sensitivity_curves(
@@ -141,15 +137,6 @@ def sensitivity_curves(
         if chosen.get(cell) in band:
             ax.plot([chosen[cell]], [mean[xs.index(chosen[cell])]], "o", color=line.get_color(), markersize=9)
         drawn = True
-    if drawn:
-        ax.set_xscale("log")
-        ax.set_xlabel(key)
-        ax.set_ylabel(metric)
-        ax.set_title(f"Sensitivity: {metric} against {key} (● the value each cell chose)")
-        ax.grid(alpha=0.3)
-        ax.legend(fontsize="small")
-        fig.tight_layout()
-        path.parent.mkdir(parents=True, exist_ok=True)
-        _save(fig, path)
-    plt.close(fig)
-    return drawn
+    ax.set_xscale("log")
+    title = f"Sensitivity: {metric} against {key} (● the value each cell chose)"
+    return _finish(fig, ax, path, drawn, key, metric, title)

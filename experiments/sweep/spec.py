@@ -36,6 +36,8 @@ import yaml
 from experiments.records.layout import SUMMARY_DIR
 from experiments.records.ledger import PHASE_COLUMN
 from experiments.records.values import format_value
+from experiments.sweep.errors import SpecError
+from experiments.sweep.spec_blocks import launcher_block, report_options
 from experiments.sweep.tuning import Tune, TuneError, parse_tune
 
 ROOT = Path(__file__).resolve().parents[2]  # runs start here: spec paths are relative to it
@@ -50,27 +52,9 @@ SPEC_KEYS += ("tune",)  # each cell at its own tuned values, selected on validat
 SPEC_KEYS += ("pretrained",)  # keys that take files of another spec's run (`pretrained_files`)
 PRETRAINED_KEYS = ("spec", "files", "cell", "seed")
 RESULTS_DIR = "results"  # a study's spec keeps its sweep folder at results/<spec name>/ beside it
-# the `launcher:` block: resources of each job of `--launcher slurm` (and `local`: timeout_min, gpus_per_node);
-# nodes and tasks per node come from each run's trainer.num_nodes and trainer.devices
-LAUNCHER_KEYS: dict[str, tuple[type, ...]] = {
-    "partition": (str,),
-    "nodes": (int,),
-    "tasks_per_node": (int,),
-    "gpus_per_node": (int,),
-    "cpus_per_task": (int,),
-    "timeout_min": (int,),
-    "mem_gb": (int, float),
-    "slurm_array_parallelism": (int,),
-    "slurm_additional_parameters": (dict,),  # any sbatch option: {account: me, qos: high, constraint: a100}
-    "slurm_setup": (list,),  # shell lines run before the job's tasks: module load ..., source .venv/bin/activate
-}
 # set by the runner for every run; a spec that set them would be silently overridden
 RESERVED_KEYS = ("seed_everything", "ckpt_path", "trainer.logger", "trainer.callbacks")
 DEFAULT_CHECKPOINT_EVERY = 100
-
-
-class SpecError(ValueError):
-    """A spec that cannot run; raised before any run starts."""
 
 
 @dataclass(frozen=True)
@@ -216,55 +200,6 @@ def _expand(raw: Mapping[str, Any]) -> tuple[tuple[str, ...], list[Cell]]:
     return axes, [Cell(name or cell_name(o, labels), o) for name, o in overrides]
 
 
-def _report_options(raw: Mapping[str, Any], axes: tuple[str, ...]) -> dict[str, Any]:
-    """The report's options, checked: `equivalence_margin` maps `val/*` metrics to positive margins;
-    `compare_within` names one axis or a list of axes of this spec (fewer than all of them)."""
-    out: dict[str, Any] = {}
-    margins = raw.get("equivalence_margin")
-    if margins is not None:
-        if not isinstance(margins, Mapping) or not margins:
-            raise SpecError(f"equivalence_margin: needs a mapping of metrics to margins, got {margins!r}")
-        for metric, margin in margins.items():
-            if not (isinstance(metric, str) and metric.startswith(("val/", "test/"))):
-                raise SpecError(f"equivalence_margin: {metric!r} is not a validation or test metric (val/*, test/*)")
-            if isinstance(margin, bool) or not isinstance(margin, (int, float)) or margin <= 0:
-                raise SpecError(f"equivalence_margin.{metric}: needs a positive number, got {margin!r}")
-        out["equivalence_margin"] = dict(margins)
-    within = raw.get("compare_within")
-    if within is not None:
-        names = [within] if isinstance(within, str) else within
-        if not isinstance(names, list) or not names or not all(isinstance(n, str) for n in names):
-            raise SpecError(f"compare_within: needs an axis or a list of axes, got {within!r}")
-        unknown = [n for n in names if n not in axes]
-        if unknown or len(names) >= len(axes):
-            raise SpecError(f"compare_within: {names} must be some, not all, of the spec's axes {list(axes)}")
-        out["compare_within"] = names
-    return out
-
-
-def _launcher(value: Any) -> dict[str, Any]:
-    """The `launcher:` block, checked key by key; other `slurm_*` keys pass to submitit, which checks them."""
-    if value is None:
-        return {}
-    if not isinstance(value, Mapping):
-        raise SpecError(f"launcher: needs a mapping of job resources, got {value!r}")
-    for key, item in value.items():
-        if key not in LAUNCHER_KEYS:
-            if isinstance(key, str) and key.startswith("slurm_"):
-                continue
-            raise SpecError(f"launcher: unknown key {key!r}; valid keys: {list(LAUNCHER_KEYS)} and other slurm_* keys")
-        kinds = LAUNCHER_KEYS[key]
-        if not isinstance(item, kinds) or isinstance(item, bool):
-            raise SpecError(f"launcher.{key}: needs {' or '.join(k.__name__ for k in kinds)}, got {item!r}")
-        if isinstance(item, (int, float)) and item <= 0:
-            raise SpecError(f"launcher.{key}: needs a positive number, got {item!r}")
-    if not all(isinstance(k, str) for k in value.get("slurm_additional_parameters", {})):
-        raise SpecError("launcher.slurm_additional_parameters: keys must be sbatch option names")
-    if not all(isinstance(line, str) for line in value.get("slurm_setup", [])):
-        raise SpecError("launcher.slurm_setup: needs a list of shell lines")
-    return dict(value)
-
-
 def _baseline(value: Any, cells: list[Cell]) -> str:
     if value is None:
         return cells[0].name
@@ -377,7 +312,7 @@ def read_spec(path: str | Path, _seen: tuple[Path, ...] = ()) -> dict[str, Any]:
         parent.pop("grid", None)
         parent.pop("cells", None)
     fixed = _mapping(parent.get("fixed"), "fixed") | _mapping(raw.pop("fixed", None), "fixed")
-    launcher = _launcher(parent.get("launcher")) | _launcher(raw.pop("launcher", None))
+    launcher = launcher_block(parent.get("launcher")) | launcher_block(raw.pop("launcher", None))
     pretrained = (parent.get("pretrained") or {}) | (raw.pop("pretrained", None) or {})
     merged = {"fixed": fixed, "launcher": launcher, "pretrained": pretrained}
     return parent | raw | {key: value for key, value in merged.items() if value}
@@ -442,8 +377,8 @@ def load_spec(path: str | Path) -> Spec:
         seeds=tuple(seeds),
         baseline=_baseline(raw.get("baseline"), cells),
         checkpoint_every=every,
-        launcher=_launcher(raw.get("launcher")),
-        report_options=_report_options(raw, axes),
+        launcher=launcher_block(raw.get("launcher")),
+        report_options=report_options(raw, axes),
         require_clean=require_clean,
         tune=tune,
     )
