@@ -195,6 +195,11 @@ def cli_main(args: list[str] | None = None, run: bool = True, cli_class: type[Su
                 # the DataModules shard their own batches over processes (datamodules.sampling.RankSlices,
                 # RoundRobinBatches): the same global batches as one process, every evaluation example once
                 "use_distributed_sampler": False,
+                # every family's training: step-budgeted (validation by `val_check_interval` steps, not epochs),
+                # clipped, and deterministic on CPU (a run is a function of its seed)
+                "check_val_every_n_epoch": None,
+                "gradient_clip_val": 1.0,
+                "deterministic": True,
             },
         )
     except ConfigError as err:
