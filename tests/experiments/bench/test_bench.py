@@ -9,12 +9,13 @@ import pytest
 import torch
 import torch.nn.functional as F
 
+from experiments import bench
 from experiments.bench import gpu
 from experiments.bench.common import POSITIONAL_SCHEMES, TrainStep
 from experiments.bench.reference_gpt import ReferenceGPT
 from models import GPT, ArchConfig
 from models.config import PosEncoding
-from tools import bench
+from tools import bench as bench_tool
 
 
 @pytest.fixture(scope="module")
@@ -66,11 +67,11 @@ def test_every_target_has_a_verdict(smoke_report):
 
 
 def test_sections_flag_and_unknown_section(tmp_path, capsys):
-    assert bench.main(["--smoke", "--sections", "data", "--out", str(tmp_path)]) == 0
+    assert bench_tool.main(["--smoke", "--sections", "data", "--out", str(tmp_path)]) == 0
     report = json.loads((tmp_path / "bench-smoke.json").read_text())
     assert [s["key"] for s in report["sections"]] == ["data"]
     with pytest.raises(SystemExit):
-        bench.main(["--smoke", "--sections", "nope"])
+        bench_tool.main(["--smoke", "--sections", "nope"])
 
 
 def test_reference_gpt_matches_suite_gpt():
