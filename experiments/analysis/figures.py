@@ -32,7 +32,9 @@ def make_plots(out_dir: Path, analysis: Analysis) -> list[tuple[str, Path]]:
         (caption, path relative to `out_dir`) of each figure written.
     """
     figures = []
-    tags = [t for t in (analysis.main, "train/loss") if t]
+    # curves over training: validation (a tuned sweep's test metric has one point, at the end)
+    main = analysis.main.replace("test/", "val/", 1) if analysis.main else None
+    tags = [t for t in (main, "train/loss") if t]
     done_runs = {
         c.name: [out_dir / c.name / f"seed{r['seed']}" for r in c.rows if r["status"] == DONE] for c in analysis.cells
     }

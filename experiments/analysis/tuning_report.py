@@ -120,7 +120,6 @@ def tuning_section(out_dir: Path, ledger: Ledger, info: dict[str, Any]) -> tuple
         "a better value may lie beyond. *Sensitivity* (learning-rate sensitivity, Wortsman et al. 2023): the mean "
         f"over the initial grid of min({metric}, cap) − the cell's best, cap = {fixed(cap)} (the worst finite value "
         "any cell reached; a diverged point counts as the cap); 0: equally good across the range.",
-        "",
         "\n".join(lines),
     ]
     figures = []
