@@ -14,6 +14,7 @@ number is comparable across cells: 0 means the cell does equally well anywhere i
 
 from __future__ import annotations
 
+import itertools
 import math
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -78,23 +79,30 @@ def searches(ledger: Ledger, info: dict[str, Any]) -> tuple[list[str], str, dict
 def sensitivity(search: CellSearch, grid: list[tuple[float, ...]], cap: float, higher: bool) -> float:
     """Wortsman et al.'s learning-rate sensitivity over `grid` (see the module docstring)."""
     sign = -1.0 if higher else 1.0
-    scores = [search.mean(p) for p in search.points]
-    finite = [sign * s for s in scores if math.isfinite(s)]
+    finite = [sign * s for s in map(search.mean, search.points) if math.isfinite(s)]
     if not finite:
         return math.nan
     best = min(finite)
-    capped = [min(sign * search.mean(p), sign * cap) if math.isfinite(search.mean(p)) else sign * cap for p in grid]
+    capped = [min(sign * s, sign * cap) if math.isfinite(s) else sign * cap for s in map(search.mean, grid)]
     return sum(c - best for c in capped) / len(capped)
+
+
+def initial_grid(info: dict[str, Any], keys: list[str]) -> list[tuple[float, ...]]:
+    """Every point of the initial grid (the range every cell searched), from `sweep.json`'s `tune`."""
+    return list(itertools.product(*([float(v) for v in info["tune"]["grid"][k]] for k in keys)))
+
+
+def sensitivity_cap(found: dict[str, CellSearch], higher: bool) -> float:
+    """The worst finite mean any cell's search reached: one cap, so sensitivities compare across cells."""
+    finite = [s.mean(p) for s in found.values() for p in s.points if math.isfinite(s.mean(p))]
+    return (min if higher else max)(finite) if finite else math.nan
 
 
 def tuning_section(out_dir: Path, ledger: Ledger, info: dict[str, Any]) -> tuple[str, list[tuple[str, Path]]]:
     """The report's `## Tuning` section and its sensitivity figures (caption, path relative to `out_dir`)."""
     keys, metric, found = searches(ledger, info)
     higher = higher_is_better(metric)
-    grid_values = [[float(v) for v in info["tune"]["grid"][k]] for k in keys]
-    grid = [tuple(p) for p in _product(grid_values)]
-    finite = [s.mean(p) for s in found.values() for p in s.points if math.isfinite(s.mean(p))]
-    cap = (min if higher else max)(finite) if finite else math.nan
+    grid, cap = initial_grid(info, keys), sensitivity_cap(found, higher)
     head = ["cell", *(f"chosen `{k}`" for k in keys), "searched", f"{metric} at chosen", "sensitivity", "bracketed"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     for search in found.values():
@@ -114,7 +122,7 @@ def tuning_section(out_dir: Path, ledger: Ledger, info: dict[str, Any]) -> tuple
         "## Tuning",
         f"Each cell at its own values of {', '.join(f'`{k}`' for k in keys)}, selected on `{metric}` (mean over "
         f"tune seeds {seeds}); the cells are compared above on the test split at those values. Initial grid: "
-        + "; ".join(f"`{k}` {values}" for k, values in zip(keys, grid_values))
+        + "; ".join(f"`{k}` {[float(v) for v in info['tune']['grid'][k]]}" for k in keys)
         + f", extended at most {info['tune'].get('extend')} step(s) past either end while the best was at one. "
         "*Unbracketed*: the chosen value is the lowest or highest searched, where the cap stopped the search: "
         "a better value may lie beyond. *Sensitivity* (learning-rate sensitivity, Wortsman et al. 2023): the mean "
@@ -130,13 +138,6 @@ def tuning_section(out_dir: Path, ledger: Ledger, info: dict[str, Any]) -> tuple
         if plots.sensitivity_curves(curves, chosen, key, metric, out_dir / path):
             figures.append((f"{metric} against {key} (search runs; band: min–max over tune seeds; ● chosen)", path))
     return "\n\n".join(text), figures
-
-
-def _product(values: list[list[float]]) -> list[tuple[float, ...]]:
-    out: list[tuple[float, ...]] = [()]
-    for options in values:
-        out = [(*p, v) for p in out for v in options]
-    return out
 
 
 def _curve(search: CellSearch, index: int, keys: list[str]) -> dict[float, list[float]]:

@@ -14,7 +14,7 @@ from contract.run_folder import DONE, last_checkpoint
 from experiments.records.ledger import FINAL_PHASE, PHASE_COLUMN, SEARCH_MARK, SEARCH_PHASE, Ledger
 from experiments.records.values import format_value
 from experiments.sweep.runs import Run
-from experiments.sweep.spec import Spec, _labels, cell_name
+from experiments.sweep.spec import Spec, cell_name, key_labels
 from experiments.sweep.tuning import Point, SearchState, Tune, search
 from experiments.sweep.validate import CheckedCell, cell_args, override_args
 
@@ -69,7 +69,7 @@ def make_runs(spec: Spec, checked: dict[str, CheckedCell], out_dir: Path, thread
 
 def search_cell_name(cell: str, tune: Tune, point: Point) -> str:
     """`<cell>~lr=0.003`: the folder (and ledger cell) of a cell's search runs at `point`."""
-    labels = _labels(list(tune.names))
+    labels = key_labels(list(tune.names))
     return f"{cell}{SEARCH_MARK}{cell_name(dict(zip(tune.names, point)), labels)}"
 
 

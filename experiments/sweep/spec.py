@@ -134,7 +134,7 @@ def _safe(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9._+=,-]+", "-", text) or "-"
 
 
-def _labels(keys: list[str]) -> dict[str, str]:
+def key_labels(keys: list[str]) -> dict[str, str]:
     """Shortest dotted suffix of each key that no other key ends with: `pos_encoding`, `optim.lr`."""
     labels = {}
     for key in keys:
@@ -180,7 +180,7 @@ def _expand(raw: Mapping[str, Any]) -> tuple[tuple[str, ...], list[Cell]]:
             if not isinstance(values, list) or not values:
                 raise SpecError(f"grid: axis {key!r} needs a non-empty list of values, got {values!r}")
         axes = tuple(grid)
-        labels = _labels(list(axes))
+        labels = key_labels(list(axes))
         combos = [dict(zip(axes, values)) for values in itertools.product(*grid.values())]
         return axes, [Cell(cell_name(o, labels), o) for o in combos]
     entries = raw["cells"]
@@ -196,7 +196,7 @@ def _expand(raw: Mapping[str, Any]) -> tuple[tuple[str, ...], list[Cell]]:
             )
         overrides.append((name, entry))
     axes = tuple(dict.fromkeys(k for _, o in overrides for k in o))
-    labels = _labels(list(axes))
+    labels = key_labels(list(axes))
     return axes, [Cell(name or cell_name(o, labels), o) for name, o in overrides]
 
 

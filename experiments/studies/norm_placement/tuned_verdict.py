@@ -8,13 +8,12 @@ experiments/studies/norm_placement/results/norm_placement_tuned
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 from experiments.analysis.comparison import analyse
 from experiments.analysis.formatting import fixed, p_text
 from experiments.analysis.stats import Comparison, paired_difference
-from experiments.analysis.tuning_report import searches, sensitivity
+from experiments.analysis.tuning_report import initial_grid, searches, sensitivity, sensitivity_cap
 from experiments.records.layout import LEDGER_NAME, SWEEP_INFO
 from experiments.records.ledger import Ledger
 from experiments.records.values import format_value
@@ -45,9 +44,7 @@ def verdicts(sweep_dir: Path) -> list[str]:
         "reproduced" if pre.equivalent else "not reproduced" if pre.ci_low > 0 else "inconclusive"
     )  # equivalent within the margin; warmup helps (CI above 0); neither shown
     keys, metric, found = searches(ledger, info)
-    grid = [(float(v),) for v in info["tune"]["grid"][keys[0]]]
-    finite = [s.mean(p) for s in found.values() for p in s.points if math.isfinite(s.mean(p))]
-    cap = max(finite)
+    grid, cap = initial_grid(info, keys), sensitivity_cap(found, higher=False)
     chosen = {name: found[name].chosen[0] for name in CELLS}
     spread = {name: sensitivity(found[name], grid, cap, higher=False) for name in CELLS}
     smaller = chosen["L6-post-warmup0"] < chosen["L6-pre-warmup0"]
