@@ -2,17 +2,31 @@
 
 import warnings
 from collections.abc import Sequence
+from typing import Any, Literal, get_args
 
 import lightning.pytorch as pl
 import torch
 from torch.utils.data import DataLoader, Dataset, Sampler
 
+from contract.errors import ConfigError
 from datamodules.download import DEFAULT_CACHE_DIR
 from datamodules.sampling import EpochSampler, RankSlices, RoundRobinBatches, resumable_batches
 
 # Lightning cannot see that RoundRobinBatches returns every index once (see `_eval_loader`) and warns so at
 # every `predict`
 warnings.filterwarnings("ignore", message=".*custom batch sampler `RoundRobinBatches` for prediction.*")
+
+# What `cli.py test` evaluates: `val`, what runs measured before held-out splits existed (so they keep meaning
+# it); `held_out`, a test split that no run selects on (a tuned sweep needs it). Each DataModule that has the
+# field says where its held-out split comes from.
+TestSplit = Literal["val", "held_out"]
+
+
+def checked_test_split(value: Any) -> TestSplit:
+    """`value` if it is a `TestSplit`, else a ConfigError naming the choices."""
+    if value not in get_args(TestSplit):
+        raise ConfigError(f"data.test_split={value!r} is not valid; choose one of {list(get_args(TestSplit))}")
+    return value
 
 
 class SuiteDataModule(pl.LightningDataModule):

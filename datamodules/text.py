@@ -13,8 +13,7 @@ import torch
 from torch import Tensor
 from torch.utils.data import BatchSampler, DataLoader, Dataset
 
-from contract.errors import ConfigError
-from datamodules.base import SuiteDataModule
+from datamodules.base import SuiteDataModule, TestSplit, checked_test_split
 from datamodules.download import resolve, sha256_bytes
 from datamodules.predict_inputs import PROMPT_CHARS, collate_lists, encode_inputs, read_lines, text_prompts
 from datamodules.sampling import GlobalIndexSampler, mix
@@ -22,10 +21,8 @@ from datamodules.tokenization import Tokenizer, TokenizerFields, build_tokenizer
 
 CorpusName = Literal["default", "tinyshakespeare", "wikitext2"]
 TextTokenizerName = Literal["char", "bpe"]
-# what `cli.py test` evaluates: `val`, the validation split (what runs before held-out splits measured, so
-# they keep meaning it); `held_out`, a test split no run selects on: the corpus' official one (WikiText-2),
+# `test_split: held_out` (datamodules.base.TestSplit) for a corpus: its official test split (WikiText-2),
 # else the second half of the validation text (the first half stays validation; training text is unchanged)
-TestSplit = Literal["val", "held_out"]
 
 TRAIN_FRACTION = 0.9  # contiguous split of corpora without an official validation split
 
@@ -218,9 +215,7 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
         self.eval_lengths = list(eval_lengths) if eval_lengths else [seq_len * k for k in (1, 2, 4, 8)]
         self.train_batches_per_epoch = train_batches_per_epoch
         self.predict_file, self.tokenizer_file = predict_file, tokenizer_file
-        if test_split not in get_args(TestSplit):
-            raise ConfigError(f"data.test_split={test_split!r} is not valid; choose one of {list(get_args(TestSplit))}")
-        self.test_split = test_split
+        self.test_split = checked_test_split(test_split)
 
     @cached_property
     def _corpus(self) -> Corpus:

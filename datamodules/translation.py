@@ -13,7 +13,7 @@ from torch import Tensor
 from torch.utils.data import DataLoader
 
 from contract.labels import IGNORE_INDEX
-from datamodules.base import SuiteDataModule
+from datamodules.base import SuiteDataModule, TestSplit, checked_test_split
 from datamodules.download import resolve, sha256_bytes
 from datamodules.predict_inputs import DEFAULT_INPUTS, encode_inputs, read_lines
 from datamodules.sampling import BucketBatchSampler, EpochSampler, ResumeBatches, batches_done_this_epoch, generator
@@ -44,6 +44,15 @@ def _load_scan(split: ScanSplitName, seed: int, data_dir: str | None, cache_dir:
     keep = torch.randperm(len(test), generator=generator(seed, 2))[:SCAN_VAL_SIZE].sort().values
     raw = "\n".join(f"{c}\t{a}" for c, a in all_pairs()).encode()
     return PairSplits(train, [test[i] for i in keep.tolist()], test, sha256_bytes(raw))
+
+
+def held_out_validation(pairs: PairSplits, seed: int) -> PairSplits:
+    """SCAN with `test_split: held_out`: validation is a seeded 1,000 of the training pairs, removed from
+    training, so a search selects in distribution without seeing a test pair (on the length splits, the
+    test pairs are the longer ones the claim is about); test stays the whole test split."""
+    held = set(torch.randperm(len(pairs.train), generator=generator(seed, 3))[:SCAN_VAL_SIZE].tolist())
+    train = [p for i, p in enumerate(pairs.train) if i not in held]
+    return PairSplits(train, [p for i, p in enumerate(pairs.train) if i in held], pairs.test, pairs.sha256)
 
 
 MULTI30K_URL = "https://raw.githubusercontent.com/multi30k/dataset/master/data/task1/raw/{}"
@@ -88,11 +97,12 @@ def _load_multi30k(split: ScanSplitName, seed: int, data_dir: str | None, cache_
 class _DatasetSpec:
     load: Callable[[ScanSplitName, int, str | None, str], PairSplits]
     default_tokenizer: TranslationTokenizerName
+    held_out: Callable[[PairSplits, int], PairSplits]  # the splits with `test_split: held_out`
 
 
 DATASETS: dict[TranslationDatasetName, _DatasetSpec] = {
-    "scan": _DatasetSpec(_load_scan, "word"),
-    "multi30k": _DatasetSpec(_load_multi30k, "bpe"),
+    "scan": _DatasetSpec(_load_scan, "word", held_out_validation),
+    "multi30k": _DatasetSpec(_load_multi30k, "bpe", lambda pairs, seed: pairs),  # official, disjoint splits
 }
 assert set(DATASETS) == set(get_args(TranslationDatasetName))
 
@@ -138,8 +148,9 @@ class TranslationDataModule(TokenizerFields, SuiteDataModule):
 
     Training batches group similar lengths (sorted within seeded chunks of 100 batches, batch order
     shuffled), a pure function of (seed, epoch). SCAN has no validation split: val is a seeded
-    1,000-pair subset of its test split, test the whole test split. ``seed`` seeds the split (scan
-    simple), the val subset and the batch order; ``data_dir`` holds the multi30k ``*.gz`` files.
+    1,000-pair subset of its test split (``test_split: val``) or of its training pairs, removed from
+    training (``held_out``); test is the whole test split. ``seed`` seeds the split (scan simple), the val
+    subset and the batch order; ``data_dir`` holds the multi30k ``*.gz`` files.
 
     ``predict_dataloader`` (``cli.py predict``) gives ``src_ids``, ``src_mask``, ``src_text``, ``tgt_text`` (the
     reference, ``""`` when unknown) and ``index``: the lines of ``predict_file`` or, unset, the first validation
@@ -158,6 +169,9 @@ class TranslationDataModule(TokenizerFields, SuiteDataModule):
             truncated to ``max_len`` tokens as in training); unset: the first 4 validation sources.
         tokenizer_file: a saved tokenizer (a run's ``tokenizer.json``) to use instead of fitting one on the
             training pairs: predicting or evaluating an old run with exactly its vocabulary.
+        test_split: ``val`` (what runs before held-out splits measured) or ``held_out``: for SCAN, validation
+            drawn from the training pairs instead of the test pairs (what a tuned sweep needs); multi30k's
+            official validation and test splits are disjoint either way.
         **kwargs: ``seed``, ``num_workers``, ``data_dir``, ``cache_dir``: see :class:`SuiteDataModule`.
     """
 
@@ -171,17 +185,20 @@ class TranslationDataModule(TokenizerFields, SuiteDataModule):
         batch_size: int = 64,
         predict_file: str | None = None,
         tokenizer_file: str | None = None,
+        test_split: TestSplit = "val",
         **kwargs,
     ) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         self.dataset, self.split = dataset, split
+        self.test_split = checked_test_split(test_split)
         self.tokenizer_name: TranslationTokenizerName = tokenizer or DATASETS[dataset].default_tokenizer
         self.bpe_vocab_size, self.max_len = bpe_vocab_size, max_len
         self.predict_file, self.tokenizer_file = predict_file, tokenizer_file
 
     @cached_property
     def _pairs(self) -> PairSplits:
-        return DATASETS[self.dataset].load(self.split, self.seed, self.data_dir, self.cache_dir)
+        pairs = DATASETS[self.dataset].load(self.split, self.seed, self.data_dir, self.cache_dir)
+        return DATASETS[self.dataset].held_out(pairs, self.seed) if self.test_split == "held_out" else pairs
 
     @cached_property
     def tokenizer(self) -> Tokenizer:
@@ -207,6 +224,12 @@ class TranslationDataModule(TokenizerFields, SuiteDataModule):
     def data_checksum(self) -> str:
         """SHA-256 (hex) of the raw data (for multi30k, of its files' checksums)."""
         return self._data.sha256
+
+    @property
+    def split_checksums(self) -> dict[str, str]:
+        """SHA-256 (hex) of each split's pairs as the run used them: recorded in `run.json`."""
+        return {name: sha256_bytes("\n".join(f"{s}\t{t}" for s, t in getattr(self._pairs, name)).encode())
+                for name in ("train", "val", "test")}  # fmt: skip
 
     def prepare_data(self) -> None:
         _ = self._data

@@ -15,9 +15,12 @@ from experiments.records.events import read_scalars
 SIZE_FIGURES = {
     "tokens": (
         "length_extrapolation.png",
-        "final val/loss against evaluation length (length extrapolation; log2 axis)",
+        "final val/loss against evaluation length (length extrapolation; mean over seeds, band: min–max; log2 axis)",
     ),
-    "pixels": ("resolution.png", "final val/loss against evaluated image size (log2 axis)"),
+    "pixels": (
+        "resolution.png",
+        "final val/loss against evaluated image size (mean over seeds, band: min–max; log2 axis)",
+    ),
 }
 
 
@@ -49,7 +52,7 @@ def make_plots(out_dir: Path, analysis: Analysis) -> list[tuple[str, Path]]:
     if sizes:
         unit = "pixels" if any(m.startswith("val/acc@") for m in analysis.metrics) else "tokens"  # image classifiers
         name, caption = SIZE_FIGURES[unit]
-        by_cell = {c.name: {size: c.summaries[m].mean for size, m in sizes.items()} for c in analysis.cells}
+        by_cell = {c.name: {size: list(c.values(m).values()) for size, m in sizes.items()} for c in analysis.cells}
         if plots.length_curves(by_cell, out_dir / "plots" / name, unit=unit):
             figures.append((caption, Path("plots") / name))
     return figures

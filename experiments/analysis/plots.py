@@ -83,13 +83,15 @@ EVALUATION_AXES = {
 }
 
 
-def length_curves(loss_by_cell: Mapping[str, Mapping[int, float]], path: Path, unit: str = "tokens") -> bool:
+def length_curves(
+    loss_by_cell: Mapping[str, Mapping[int, Sequence[float]]], path: Path, unit: str = "tokens"
+) -> bool:
     """Validation loss against evaluation length, one line per cell (length extrapolation), or against
-    the evaluated image size (`unit="pixels"`).
+    the evaluated image size (`unit="pixels"`): the mean over seeds, with a min–max band over them.
 
     Args:
-        loss_by_cell: cell -> {evaluation length: mean final loss}; nan (e.g. `learned` positions
-            past their table) leaves the point out.
+        loss_by_cell: cell -> {evaluation length: final loss of each seed}; a length where a seed has no
+            finite value (e.g. `learned` positions past their table) is left out.
         path: the PNG to write.
         unit: a key of `EVALUATION_AXES`.
 
@@ -98,11 +100,19 @@ def length_curves(loss_by_cell: Mapping[str, Mapping[int, float]], path: Path, u
     """
     fig, ax = plt.subplots(figsize=(7, 4.5))
     drawn = False
-    for cell, losses in loss_by_cell.items():
-        points = sorted((length, loss) for length, loss in losses.items() if math.isfinite(loss))
-        if points:
-            ax.plot([p[0] for p in points], [p[1] for p in points], marker="o", label=cell)
-            drawn = True
+    for cell, by_length in loss_by_cell.items():
+        points = sorted(
+            (length, list(values)) for length, values in by_length.items()
+            if values and all(math.isfinite(v) for v in values)
+        )  # fmt: skip
+        if not points:
+            continue
+        xs = [length for length, _ in points]
+        (line,) = ax.plot(xs, [sum(v) / len(v) for _, v in points], marker="o", label=cell)
+        if any(len(v) > 1 for _, v in points):
+            ax.fill_between(xs, [min(v) for _, v in points], [max(v) for _, v in points],
+                            color=line.get_color(), alpha=0.2)  # fmt: skip
+        drawn = True
     if drawn:
         ax.set_xscale("log", base=2)
         lengths = sorted({length for losses in loss_by_cell.values() for length in losses})

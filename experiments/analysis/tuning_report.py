@@ -76,6 +76,19 @@ def searches(ledger: Ledger, info: dict[str, Any]) -> tuple[list[str], str, dict
     return keys, metric, {name: found[name] for name in [*order, *found] if name in found}
 
 
+def counterparts(info: dict[str, Any]) -> dict[str, str]:
+    """With `tune.search_on`: each cell that did not search -> the cell whose search chose its point."""
+    on = info["tune"].get("search_on") or {}
+    cells = info.get("cells", [])
+    out = {}
+    for cell in cells:
+        wanted = cell["overrides"] | on
+        source = next((c["name"] for c in cells if c["overrides"] == wanted), cell["name"])
+        if source != cell["name"]:
+            out[cell["name"]] = source
+    return out
+
+
 def sensitivity(search: CellSearch, grid: list[tuple[float, ...]], cap: float, higher: bool) -> float:
     """Wortsman et al.'s learning-rate sensitivity over `grid` (see the module docstring)."""
     sign = -1.0 if higher else 1.0
@@ -105,6 +118,7 @@ def tuning_section(out_dir: Path, ledger: Ledger, info: dict[str, Any]) -> tuple
     grid, cap = initial_grid(info, keys), sensitivity_cap(found, higher)
     head = ["cell", *(f"chosen `{k}`" for k in keys), "searched", f"{metric} at chosen", "sensitivity", "bracketed"]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    shared = counterparts(info)
     for search in found.values():
         chosen = [format_value(v) for v in search.chosen] if search.chosen else ["—"] * len(keys)
         points = ", ".join(
@@ -115,16 +129,21 @@ def tuning_section(out_dir: Path, ledger: Ledger, info: dict[str, Any]) -> tuple
         bracketed = "search not finished" if search.chosen is None else (
             f"**unbracketed** ({', '.join(unbracketed)})" if unbracketed else "yes"
         )
-        row = [f"`{search.cell}`", *chosen, points, at_chosen, fixed(sensitivity(search, grid, cap, higher)), bracketed]
+        spread = fixed(sensitivity(search, grid, cap, higher))
+        if search.cell in shared:  # `tune.search_on`: it ran at the point its counterpart's search chose
+            points, at_chosen, spread, bracketed = f"on `{shared[search.cell]}`", "—", "—", "—"
+        row = [f"`{search.cell}`", *chosen, points, at_chosen, spread, bracketed]
         lines.append("| " + " | ".join(row) + " |")
-    seeds = info["tune"].get("seeds", [])
+    seeds, search_on = info["tune"].get("seeds", []), info["tune"].get("search_on")
+    shared_rule = f"; only the cells with {search_on} searched, the others ran at their counterpart's choice"
     text = [
         "## Tuning",
         f"Each cell at its own values of {', '.join(f'`{k}`' for k in keys)}, selected on `{metric}` (mean over "
         f"tune seeds {seeds}); the cells are compared above on the test split at those values. Initial grid: "
         + "; ".join(f"`{k}` {[float(v) for v in info['tune']['grid'][k]]}" for k in keys)
-        + f", extended at most {info['tune'].get('extend')} step(s) past either end while the best was at one. "
-        "*Unbracketed*: the chosen value is the lowest or highest searched, where the cap stopped the search: "
+        + f", extended at most {info['tune'].get('extend')} step(s) past either end while the best was at one"
+        + (shared_rule if search_on else "")
+        + ". *Unbracketed*: the chosen value is the lowest or highest searched, where the cap stopped the search: "
         "a better value may lie beyond. *Sensitivity* (learning-rate sensitivity, Wortsman et al. 2023): the mean "
         f"over the initial grid of min({metric}, cap) − the cell's best, cap = {fixed(cap)} (the worst finite value "
         "any cell reached; a diverged point counts as the cap); 0: equally good across the range.",

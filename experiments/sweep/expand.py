@@ -102,12 +102,17 @@ def tuned_runs(
         columns = ((PHASE_COLUMN, phase), *((k, format_value(v)) for k, v in tune.overrides(point).items()))
         return Run(name, seed, run_dir, args, threads[cell.name], columns, evaluate=phase == FINAL_PHASE)
 
-    runs, states = [], {}
+    states = {  # one search per searching cell; with `tune.search_on` the others share their counterpart's
+        cell.name: search(tune, lambda point: point_score(ledger, search_cell_name(cell.name, tune, point), tune))
+        for cell in spec.cells
+        if spec.search_cell(cell) is cell
+    }
+    runs = []
     for cell in spec.cells:
-        state = search(tune, lambda point: point_score(ledger, search_cell_name(cell.name, tune, point), tune))
-        states[cell.name] = state
-        for point in state.points:
-            runs += [run_at(search_cell_name(cell.name, tune, point), seed, point, SEARCH_PHASE) for seed in tune.seeds]
+        state = states.setdefault(cell.name, states[spec.search_cell(cell).name])
+        if spec.search_cell(cell) is cell:
+            for point in state.points:
+                runs += [run_at(search_cell_name(cell.name, tune, point), s, point, SEARCH_PHASE) for s in tune.seeds]
         if state.chosen is not None:
             runs += [run_at(cell.name, seed, state.chosen, FINAL_PHASE) for seed in spec.seeds]
     return runs, states

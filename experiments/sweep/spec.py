@@ -108,6 +108,14 @@ class Spec:
     def __post_init__(self) -> None:
         object.__setattr__(self, "cell_by_name", {c.name: c for c in self.cells})
 
+    def search_cell(self, cell: Cell) -> Cell:
+        """The cell whose search chooses `cell`'s tuned point: itself, or with `tune.search_on` its counterpart
+        (the cell with the same overrides but `tune.search_on`'s values), which `load_spec` checks exists."""
+        if self.tune is None or not self.tune.search_on:
+            return cell
+        wanted = cell.overrides | dict(self.tune.search_on)
+        return next(c for c in self.cells if c.overrides == wanted)
+
     @property
     def ledger_axes(self) -> tuple[str, ...]:
         """The ledger's columns after the status: the axes, and for a tuned sweep each run's phase and values."""
@@ -198,6 +206,24 @@ def _expand(raw: Mapping[str, Any]) -> tuple[tuple[str, ...], list[Cell]]:
     axes = tuple(dict.fromkeys(k for _, o in overrides for k in o))
     labels = key_labels(list(axes))
     return axes, [Cell(name or cell_name(o, labels), o) for name, o in overrides]
+
+
+def _check_tune_on(tune: Tune, axes: tuple[str, ...], cells: list[Cell]) -> None:
+    """`tune.search_on` names varied keys, and every cell has a counterpart with those values to share."""
+    for key, value in tune.search_on:
+        values = list(dict.fromkeys(c.overrides.get(key) for c in cells))
+        if key not in axes or value not in values:
+            varied = {k: list(dict.fromkeys(c.overrides.get(k) for c in cells)) for k in axes}
+            raise SpecError(
+                f"tune.search_on: {key}={value!r} is not a value of a varied key; the spec varies {varied}"
+            )
+    for cell in cells:
+        wanted = cell.overrides | dict(tune.search_on)
+        if not any(c.overrides == wanted for c in cells):
+            raise SpecError(
+                f"tune.search_on: cell {cell.name!r} has no counterpart with {dict(tune.search_on)} whose search "
+                "it could share; add that cell, or drop tune.search_on"
+            )
 
 
 def _baseline(value: Any, cells: list[Cell]) -> str:
@@ -367,6 +393,8 @@ def load_spec(path: str | Path) -> Spec:
         tune = parse_tune(raw.get("tune"), tuple(seeds), (*fixed, *axes))
     except TuneError as err:
         raise SpecError(str(err)) from None
+    if tune is not None:
+        _check_tune_on(tune, axes, cells)
 
     return Spec(
         path=path,

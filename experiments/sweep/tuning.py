@@ -5,6 +5,8 @@
       extend: 2            # at most this many steps past either end of a key's initial grid (default 2)
       metric: val/loss     # what selects, on the validation split (default val/loss)
       seeds: [0]           # the seeds of every search point (default: the spec's first seed)
+      search_on: {data.split: simple}   # optional: only the cells with these grid values search; each other
+                                        # cell runs at the point its counterpart (itself with these values) chose
 
 A tuned sweep runs in two phases per cell. The search trains each point of the grid (the product of
 the keys' values) at `tune.seeds`; when the best point (mean of the selection metric over those
@@ -28,7 +30,7 @@ from typing import Any
 
 from contract.metrics import higher_is_better, metric_base_name
 
-TUNE_KEYS = ("grid", "extend", "metric", "seeds")
+TUNE_KEYS = ("grid", "extend", "metric", "seeds", "search_on")
 DEFAULT_EXTEND = 2
 Point = tuple[float, ...]  # one value per tuned key, in the order of `Tune.keys`
 
@@ -68,6 +70,7 @@ class Tune:
     extend: int
     metric: str
     seeds: tuple[int, ...]
+    search_on: tuple[tuple[str, Any], ...] = ()  # grid key -> value: the cells whose search the others share
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -79,7 +82,8 @@ class Tune:
     def snapshot(self) -> dict[str, Any]:
         """What `sweep.json` keeps of it (the report reads the keys and the metric)."""
         grid = {k.key: list(k.grid) for k in self.keys}
-        return {"grid": grid, "extend": self.extend, "metric": self.metric, "seeds": list(self.seeds)}
+        out = {"grid": grid, "extend": self.extend, "metric": self.metric, "seeds": list(self.seeds)}
+        return out | ({"search_on": dict(self.search_on)} if self.search_on else {})  # only when set: older files match
 
 
 def parse_tune(raw: Any, seeds: tuple[int, ...], fixed_and_axes: tuple[str, ...]) -> Tune | None:
@@ -128,7 +132,10 @@ def parse_tune(raw: Any, seeds: tuple[int, ...], fixed_and_axes: tuple[str, ...]
     tune_seeds = raw.get("seeds", [seeds[0]])
     if not isinstance(tune_seeds, list) or not tune_seeds or not all(isinstance(s, int) and s >= 0 for s in tune_seeds):
         raise TuneError(f"tune.seeds: needs a non-empty list of non-negative integers, got {tune_seeds!r}")
-    return Tune(tuple(keys), extend, metric, tuple(tune_seeds))
+    on = raw.get("search_on", {})
+    if not isinstance(on, Mapping) or not all(isinstance(k, str) for k in on):
+        raise TuneError(f"tune.search_on: needs a mapping of grid keys to one of their values, got {on!r}")
+    return Tune(tuple(keys), extend, metric, tuple(tune_seeds), tuple(on.items()))
 
 
 @dataclass(frozen=True)
@@ -191,8 +198,9 @@ def initial_points(tune: Tune) -> tuple[Point, ...]:
 def extension_rule(tune: Tune) -> str:
     """The bracketing rule in one sentence, for `--dry-run`."""
     keys = ", ".join(f"{k.key} ×{k.ratio:.3g}" for k in tune.keys)
+    shared = f"; only the cells with {dict(tune.search_on)} search, the others run at their counterpart's choice"
     return (
         f"selection on {tune.metric} (mean over tune seeds {list(tune.seeds)}); while the best point is at the lowest "
         f"or highest value of a key, that key extends one step past it ({keys}), at most {tune.extend} step(s) per "
         "side; a key still at an edge is reported unbracketed; then the cell's seeds run at the chosen point"
-    )
+    ) + (shared if tune.search_on else "")

@@ -4,6 +4,7 @@ from typing import get_args
 import pytest
 import torch
 
+from contract.errors import ConfigError
 from datamodules.translation import DATASETS, TranslationDataModule, TranslationDatasetName
 from models.config import IGNORE_INDEX
 
@@ -50,6 +51,28 @@ def test_scan_splits_and_batches(split: str, sizes: tuple[int, int, int]) -> Non
     assert dm.tokenizer.decode(real) == batch["tgt_text"][0]
 
 
+@pytest.mark.parametrize("split", ["length", "cutoff26"])
+def test_scan_held_out_validation_comes_from_training_pairs(split: str) -> None:
+    """`test_split: held_out`: 1,000 training pairs become validation (in distribution, out of training);
+    the test split is untouched, and shares no pair with validation or training."""
+    plain = TranslationDataModule(split=split)
+    held = TranslationDataModule(split=split, test_split="held_out")
+    train, val, test = (set(getattr(held._pairs, name)) for name in ("train", "val", "test"))
+    assert len(val) == 1000 and val <= set(plain._pairs.train) and not val & train
+    assert train | val == set(plain._pairs.train)
+    assert held._pairs.test == plain._pairs.test and not test & (train | val)
+    longest = max(len(a.split()) for _, a in plain._pairs.train)
+    assert max(len(a.split()) for _, a in val) <= longest  # validation in distribution: no test-length output
+    assert held.split_checksums["test"] == plain.split_checksums["test"]
+    assert held.split_checksums["val"] != plain.split_checksums["val"]
+    assert TranslationDataModule(split=split, test_split="held_out", seed=1)._pairs.val != held._pairs.val
+
+
+def test_a_bad_test_split_names_the_choices() -> None:
+    with pytest.raises(ConfigError, match=r"data.test_split='test' is not valid; choose one of \['val', 'held_out'\]"):
+        TranslationDataModule(test_split="test")
+
+
 def test_scan_training_order_is_deterministic_bucketed_and_reshuffled() -> None:
     def first(seed: int, epoch: int = 0) -> list[list[int]]:
         dm = TranslationDataModule(split="length", batch_size=64, seed=seed)
@@ -76,6 +99,11 @@ def test_max_len_truncates() -> None:
 def multi30k(shared_data) -> TranslationDataModule:
     path = shared_data("multi30k")  # skips when the shared copy is absent
     return TranslationDataModule(dataset="multi30k", data_dir=str(path), bpe_vocab_size=1000, batch_size=16)
+
+
+def test_multi30k_held_out_is_its_official_splits(multi30k: TranslationDataModule) -> None:
+    held = TranslationDataModule(dataset="multi30k", data_dir=multi30k.data_dir, test_split="held_out")
+    assert held._pairs == multi30k._pairs  # validation and test 2016 are disjoint already
 
 
 def test_multi30k_sizes_and_alignment(multi30k: TranslationDataModule) -> None:

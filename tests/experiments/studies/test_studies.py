@@ -49,7 +49,7 @@ def smoke_inputs(pretrained: dict | None, tmp_path: Path) -> dict | None:
 
 
 def smoke_spec(spec: Path, tmp_path: Path) -> Path:
-    """The spec with one seed, two training steps and one validation batch."""
+    """The spec with one seed, two training steps and one validation (and test) batch."""
     data = read_spec(spec)  # `extends:` resolved: the copy lives elsewhere
     data["seeds"] = data.get("seeds", [0])[:1]
     if "pretrained" in data:
@@ -58,6 +58,7 @@ def smoke_spec(spec: Path, tmp_path: Path) -> Path:
         "trainer.max_steps": 2,
         "trainer.val_check_interval": 2,
         "trainer.limit_val_batches": 1,
+        "trainer.limit_test_batches": 1,  # a tuned spec's final runs are tested (SCAN: thousands of decodes)
         "trainer.num_sanity_val_steps": 0,
     }
     data["checkpoint_every"] = 2

@@ -29,6 +29,8 @@ def write(path: Path, **entries) -> Path:
         ("peft_gpt_high_lr.yaml", "peft_pretrain/gpt/seed0"),
         ("peft_bert.yaml", "peft_pretrain_bert/bert/seed0"),
         ("peft_bert_high_lr.yaml", "peft_pretrain_bert/bert/seed0"),
+        ("peft_gpt_tuned.yaml", "peft_pretrain_tuned/gpt/seed0"),
+        ("peft_bert_tuned.yaml", "peft_pretrain_bert_tuned/bert/seed0"),
     ],
 )
 def test_the_peft_fine_tunes_start_from_their_pre_training_run(spec, run):
