@@ -85,9 +85,13 @@ class LadderFit:
     warnings: list[str]
 
 
-def fit_ladder(by_size: Mapping[float, Sequence[float]], seed: int = 0, resamples: int = BOOTSTRAP) -> LadderFit | None:
+def fit_ladder(
+    by_size: Mapping[float, Sequence[float]], seed: int = 0, resamples: int | None = None
+) -> LadderFit | None:
     """Fits a cell's ladder: size N -> final loss of each seed. The bootstrap resamples the seeds at each size
-    independently (with replacement) and refits; None when the mean losses cannot be fitted."""
+    independently (with replacement; `resamples`, default `BOOTSTRAP`) and refits; None when the mean losses
+    cannot be fitted."""
+    resamples = resamples or BOOTSTRAP
     sizes = sorted(n for n, v in by_size.items() if len(v))
     means = [float(np.mean(by_size[n])) for n in sizes]
     point = fit(sizes, means)

@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import io
 import math
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from pathlib import Path
+from typing import Any
 
 import matplotlib
 
@@ -150,3 +151,35 @@ def sensitivity_curves(
     ax.set_xscale("log")
     title = f"Sensitivity: {metric} against {key} (● the value each cell chose)"
     return _finish(fig, ax, path, drawn, key, metric, title)
+
+
+def ladder_curves(
+    points: Mapping[str, Mapping[float, Sequence[float]]], fits: Mapping[str, Callable[[Any], Any] | None],
+    xlabel: str, metric: str, path: Path,
+) -> bool:  # fmt: skip
+    """A model ladder: each cell's final metric against model size (log-log), the seed mean with a min–max
+    band, and its fitted curve (dashed) over the sizes it was fitted on.
+
+    Args:
+        points: cell -> {size: the final metric of each seed}.
+        fits: cell -> the fitted law (callable on sizes), or None where the fit failed.
+    """
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    drawn = False
+    for cell, by_size in points.items():
+        sizes = sorted(n for n, v in by_size.items() if v and math.isfinite(n))
+        if not sizes:
+            continue
+        values = [list(by_size[n]) for n in sizes]
+        (line,) = ax.plot(sizes, [sum(v) / len(v) for v in values], "o", label=cell)
+        if any(len(v) > 1 for v in values):
+            low, high = [min(v) for v in values], [max(v) for v in values]
+            ax.fill_between(sizes, low, high, color=line.get_color(), alpha=0.2)
+        law = fits.get(cell)
+        if law is not None and len(sizes) > 1:
+            grid = [sizes[0] * (sizes[-1] / sizes[0]) ** (i / 50) for i in range(51)]
+            ax.plot(grid, [float(law(x)) for x in grid], "--", color=line.get_color())
+        drawn = True
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    return _finish(fig, ax, path, drawn, xlabel, metric, f"Ladder: {metric} against {xlabel} (dashed: E + A·N^−α)")

@@ -15,6 +15,7 @@ from contract.run_folder import ENDED
 from experiments.analysis.code_check import check_code
 from experiments.analysis.comparison import Analysis, analyse
 from experiments.analysis.figures import make_plots
+from experiments.analysis.ladder_report import ladder_section
 from experiments.analysis.markdown_tables import metric_table, tables_markdown
 from experiments.analysis.report_csv import write_csv
 from experiments.analysis.stats import CONFIDENCE, EQUIVALENCE_TEST, PAIRED_TEST, POWER
@@ -75,6 +76,11 @@ def build_report(out_dir: Path) -> str:
         sections.append(tuning)
         figures += tuning_figures
         tables += "\n\n" + tuning
+    if info.get("ladder"):  # per-cell scaling fits, the ranking at each size, crossings, log-log plots
+        ladder, ladder_figures = ladder_section(out_dir, analysis, info)
+        sections.append(ladder)
+        figures = ladder_figures + figures
+        tables += "\n\n" + ladder
     if figures:
         sections += ["## Plots"] + [f"### {caption}\n\n![{caption}]({path.as_posix()})" for caption, path in figures]
     markdown = "\n\n".join(sections)

@@ -14,6 +14,7 @@ A spec is YAML (a study's specs live in `experiments/studies/<study>/`)::
     launcher: {partition: gpu, timeout_min: 240}           # resources of `--launcher slurm` jobs (optional)
     require_clean: true                                    # refuse to start from uncommitted code (optional)
     tune: {grid: {optim.lr: [1.0e-3, 3.0e-3, 1.0e-2]}}     # each cell at its own tuned lr (experiments/sweep/tuning.py)
+    ladder: [{name: d64, model.arch.d_model: 64}, ...]      # every cell at every size (experiments/sweep/ladder.py)
     pretrained:                                            # keys that take files of another spec's run (optional):
       spec: pretrain.yaml                                  # from this one; the run: results/pretrain/<cell>/seed<k>
       files: {model.init_from: checkpoints/last.ckpt, data.tokenizer_file: tokenizer.json}
@@ -37,6 +38,7 @@ from experiments.records.layout import SUMMARY_DIR
 from experiments.records.ledger import PHASE_COLUMN
 from experiments.records.values import format_value
 from experiments.sweep.errors import SpecError
+from experiments.sweep.ladder import climb, ladder_baseline, ladder_keys, ladder_snapshot, parse_ladder
 from experiments.sweep.spec_blocks import launcher_block, report_options
 from experiments.sweep.tuning import Tune, TuneError, parse_tune
 
@@ -50,6 +52,7 @@ SPEC_KEYS += REPORT_KEYS
 SPEC_KEYS += ("require_clean",)  # refuse to start from a dirty git tree (experiments/sweep/provenance.py)
 SPEC_KEYS += ("tune",)  # each cell at its own tuned values, selected on validation (experiments/sweep/tuning.py)
 SPEC_KEYS += ("pretrained",)  # keys that take files of another spec's run (`pretrained_files`)
+SPEC_KEYS += ("ladder",)  # every cell at every model size (experiments/sweep/ladder.py)
 PRETRAINED_KEYS = ("spec", "files", "cell", "seed")
 RESULTS_DIR = "results"  # a study's spec keeps its sweep folder at results/<spec name>/ beside it
 # set by the runner for every run; a spec that set them would be silently overridden
@@ -103,6 +106,7 @@ class Spec:
     report_options: dict[str, Any] = field(default_factory=dict)
     require_clean: bool = False
     tune: Tune | None = None
+    ladder: dict[str, Any] = field(default_factory=dict)  # `ladder_snapshot`: sizes, each cell's (cell, size)
     cell_by_name: dict[str, Cell] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -135,7 +139,9 @@ class Spec:
             "checkpoint_every": self.checkpoint_every,
         } | ({"launcher": self.launcher} if self.launcher else {}) | self.report_options | (
             {"require_clean": True} if self.require_clean else {}
-        ) | ({"tune": self.tune.snapshot()} if self.tune else {})  # only when set: older files match
+        ) | ({"tune": self.tune.snapshot()} if self.tune else {}) | (
+            {"ladder": self.ladder} if self.ladder else {}
+        )  # only when set: older files match
 
 
 def _safe(text: str) -> str:
@@ -371,6 +377,14 @@ def load_spec(path: str | Path) -> Spec:
     clash = [k for k in axes if k in fixed]
     if clash:
         raise SpecError(f"key(s) {clash} are both fixed and varied; keep each in one place")
+    rungs = parse_ladder(raw.get("ladder"), (*fixed, *axes))
+    baseline, options = raw.get("baseline"), dict(raw)
+    ladder = ladder_snapshot(cells, rungs) if rungs else {}
+    if rungs:
+        baseline = ladder_baseline(baseline, cells, rungs)
+        if axes and "compare_within" not in raw:  # each cell against the baseline at its own size
+            options["compare_within"] = list(ladder_keys(rungs))
+        cells, axes = climb(cells, rungs, Cell), (*axes, *ladder_keys(rungs))
     names = [c.name for c in cells]
     duplicates = sorted({n for n in names if names.count(n) > 1})
     if duplicates:
@@ -403,10 +417,11 @@ def load_spec(path: str | Path) -> Spec:
         axes=axes,
         cells=tuple(cells),
         seeds=tuple(seeds),
-        baseline=_baseline(raw.get("baseline"), cells),
+        baseline=_baseline(baseline, cells),
         checkpoint_every=every,
         launcher=launcher_block(raw.get("launcher")),
-        report_options=report_options(raw, axes),
+        report_options=report_options(options, axes),
         require_clean=require_clean,
         tune=tune,
+        ladder=ladder,
     )

@@ -1,0 +1,54 @@
+"""The ladder section of a report (`experiments.analysis.ladder_report`) on a synthetic ladder ledger: planted
+laws for two cells whose curves cross inside the ladder, no training."""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+
+from experiments.analysis import ladder_fit
+from experiments.analysis.comparison import analyse
+from experiments.analysis.ladder_fit import law
+from experiments.analysis.ladder_report import ladder_section
+from experiments.records.ledger import Ledger
+
+SIZES = {"d32": 1e4, "d64": 3e4, "d96": 1e5, "d128": 3e5, "d192": 1e6}
+LAWS = {"relu": (1.6, 5.0, 0.3), "swiglu": (1.4, 11.3, 0.3)}  # swiglu worse when small, better when large
+
+
+def write_ladder(out):
+    cells = {f"act={a},size={s}": [f"act={a}", s] for s in SIZES for a in LAWS}
+    info = {
+        "cells": [{"name": n, "overrides": {}, "resolved": {"data": {"init_args": {"batch_size": 8, "seq_len": 16}}}}
+                  for n in cells],
+        "baseline": "act=relu,size=d32", "axes": [],
+        "ladder": {"sizes": [{"name": s, "overrides": {}} for s in SIZES], "cells": cells},
+    }  # fmt: skip
+    (out / "sweep.json").write_text(json.dumps(info))
+    ledger = Ledger(out / "results.csv")
+    noise = np.random.default_rng(0)
+    for name, (base, size) in cells.items():
+        n = SIZES[size]
+        for seed in range(3):
+            loss = float(law(np.array(n), *LAWS[base.split("=")[1]]) + noise.normal(0, 0.003))
+            ledger.put({"cell": name, "seed": str(seed), "status": "done", "val/loss": repr(loss), "steps": "100",
+                        "params_non_embedding": repr(n), "flops_per_token": repr(2 * n)})  # fmt: skip
+    return info, ledger
+
+
+def test_the_section_fits_ranks_and_finds_the_planted_crossing(tmp_path, monkeypatch):
+    monkeypatch.setattr(ladder_fit, "BOOTSTRAP", 200)  # enough for the assertions, a fifth of the time
+    info, ledger = write_ladder(tmp_path)
+    text, figures = ladder_section(tmp_path, analyse(ledger, info), info)
+    lines = text.splitlines()
+    relu = next(line for line in lines if line.startswith("| `act=relu` |"))
+    assert "1.6" in relu.split(" | ")[6]  # E ≈ 1.6 in the fit column
+    ranking = {line.split(" | ")[0]: line for line in lines if line.startswith("| d")}
+    assert "`act=relu` > `act=swiglu`" in ranking["| d32"] and "`act=swiglu` > `act=relu`" in ranking["| d192"]
+    crossing = next(line for line in lines if line.startswith("- `act=swiglu` and `act=relu`"))
+    assert "cross at N ≈" in crossing  # planted near 1e5
+    n = float(crossing.split("≈ ")[1].split(" ")[0].replace(",", ""))
+    assert 3e4 < n < 3e5
+    assert {p.name for _, p in figures} == {"ladder_params.png", "ladder_flops.png"}
+    assert (tmp_path / "plots" / "ladder_flops.png").exists()
