@@ -34,7 +34,7 @@ def label(c: Comparison) -> str:
     return "worse" if c.ci_low > 0 else "better" if c.ci_high < 0 else "inconclusive"
 
 
-def verdict_table(sweep_dir: Path) -> str:
+def table(sweep_dir: Path) -> str:
     """One row per comparison: the two methods' tuned lr, the paired difference, its TOST p and label."""
     info = json.loads((sweep_dir / SWEEP_INFO).read_text())
     ledger = Ledger(sweep_dir / LEDGER_NAME)
@@ -60,7 +60,7 @@ def verdict_table(sweep_dir: Path) -> str:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return table_script.run(argv, __doc__, verdict_table, "tuned_verdict.md")
+    return table_script.run(argv, __doc__, table, "tuned_verdict.md")
 
 
 if __name__ == "__main__":

@@ -6,7 +6,8 @@ import math
 
 import pytest
 
-from experiments.analysis.tuning_report import CellSearch, sensitivity
+from experiments.analysis.tuning_report import CellSearch, counterparts, sensitivity, tuning_section
+from experiments.records.ledger import Ledger
 
 GRID = [(1e-3,), (3e-3,), (1e-2,)]
 
@@ -32,3 +33,24 @@ def test_a_chosen_value_at_an_end_of_what_was_searched_is_unbracketed():
         "scale"
     ]
     assert CellSearch("a", points).unbracketed(["lr", "scale"]) == []  # not chosen yet
+
+
+def test_a_cell_that_shared_a_search_names_its_counterpart(tmp_path):
+    """`tune.search_on`: the length-split cell ran at the simple split's choice; its row says so instead of
+    showing an empty search as bracketed."""
+    cells = [{"name": "split=simple", "overrides": {"data.split": "simple"}},
+             {"name": "split=length", "overrides": {"data.split": "length"}}]  # fmt: skip
+    tune = {"grid": {"model.optim.lr": [1e-3, 3e-3, 1e-2]}, "extend": 1, "metric": "val/loss", "seeds": [10]}
+    info = {"cells": cells, "tune": tune | {"search_on": {"data.split": "simple"}}}
+    assert counterparts(info) == {"split=length": "split=simple"}
+    ledger = Ledger(tmp_path / "results.csv", ("phase", "model.optim.lr"))
+    for lr, loss in ((1e-3, 2.0), (3e-3, 1.5), (1e-2, 1.8)):
+        ledger.put({"cell": f"split=simple~lr={lr}", "seed": "10", "status": "done", "phase": "search",
+                    "model.optim.lr": repr(lr), "val/loss": repr(loss)})  # fmt: skip
+    for cell in ("split=simple", "split=length"):
+        ledger.put({"cell": cell, "seed": "0", "status": "done", "phase": "final", "model.optim.lr": "0.003"})
+    text, _ = tuning_section(tmp_path, ledger, info)
+    rows = {line.split(" | ")[0]: line for line in text.splitlines() if line.startswith("| `split")}
+    assert rows["| `split=length`"] == "| `split=length` | 0.003 | on `split=simple` | — | — | — |"
+    assert rows["| `split=simple`"].endswith("| yes |")
+    assert "only the cells with {'data.split': 'simple'} searched" in text

@@ -38,7 +38,7 @@ def write_sweep(out, chosen=CHOSEN):
 
 
 def rows(sweep_dir):
-    return {line.split(" | ")[0].strip("| "): line for line in tuned_verdict.verdict_table(sweep_dir).splitlines()}
+    return {line.split(" | ")[0].strip("| "): line for line in tuned_verdict.table(sweep_dir).splitlines()}
 
 
 def test_each_comparison_is_labelled_by_the_stated_rule(tmp_path):
@@ -60,4 +60,4 @@ def test_a_choice_at_the_searched_edge_is_flagged(tmp_path):
 def test_no_verdict_before_the_final_runs(tmp_path):
     (tmp_path / "sweep.json").write_text(json.dumps({"tune": {"grid": {"model.optim.lr": GRID}, "metric": "val/loss"}}))
     Ledger(tmp_path / "results.csv").write()
-    assert "have not ended" in tuned_verdict.verdict_table(tmp_path)
+    assert "have not ended" in tuned_verdict.table(tmp_path)

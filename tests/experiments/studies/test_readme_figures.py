@@ -16,6 +16,7 @@ import pytest
 from experiments.studies import ledger_figures as fig
 from experiments.studies.ffn_norm import pair_table
 from experiments.studies.norm_placement import loss_table
+from experiments.studies.peft import tuned_verdict as peft_verdict
 from experiments.studies.scan_length import split_table
 
 ROOT = Path(__file__).resolve().parents[3]
@@ -517,10 +518,12 @@ TABLES = [
     ("scan_length", "scan_length", split_table, "split_table.md", without_seeds_column),
     ("ffn_norm", "ffn_norm_2k", pair_table, "pair_table.md", str),
     ("norm_placement", "norm_placement", loss_table, "loss_table.md", str),
+    ("peft", "peft_gpt_tuned", peft_verdict, "tuned_verdict.md", str),
+    ("peft", "peft_bert_tuned", peft_verdict, "tuned_verdict.md", str),
 ]
 
 
-@pytest.mark.parametrize(("study", "spec", "script", "output", "shown"), TABLES, ids=[t[0] for t in TABLES])
+@pytest.mark.parametrize(("study", "spec", "script", "output", "shown"), TABLES, ids=[f"{t[0]}-{t[1]}" for t in TABLES])
 def test_readme_tables_are_their_scripts_output(study, spec, script, output, shown, monkeypatch):
     """A table a README quotes is its script's output on the committed results, row for row, and the
     committed output file is what the script gives now."""
