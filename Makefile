@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PIP := .venv/bin/pip
 
-.PHONY: demo test test-all bench clean
+.PHONY: demo test test-all bench gpu-check clean
 
 .venv/.installed: requirements.txt
 	python3 -m venv .venv
@@ -26,6 +26,10 @@ test-all: .venv/.installed-test
 
 bench: .venv/.installed-test
 	$(PY) cli.py bench
+
+# on a lent GPU, first: under 8 minutes, writes experiments/bench/results/gpu/ (`--dry` checks it on a CPU)
+gpu-check: .venv/.installed-test
+	$(PY) -m experiments.bench.gpu_check
 
 clean:
 	rm -rf runs .pytest_cache

@@ -60,7 +60,7 @@ def fit(n: Sequence[float], loss: Sequence[float]) -> PowerLaw | None:
         with warnings.catch_warnings():
             warnings.simplefilter("ignore", OptimizeWarning)
             (e, a, alpha), _ = curve_fit(
-                law, n, loss, p0=(e0, a0, alpha0), bounds=([0.0, 1e-12, 1e-4], [np.inf, np.inf, 2.0]), maxfev=20000
+                law, n, loss, p0=(e0, a0, alpha0), bounds=([0.0, 1e-12, 1e-4], [np.inf, np.inf, 2.0]), maxfev=2000
             )
     except (RuntimeError, ValueError):
         return None
@@ -97,6 +97,16 @@ def fit_ladder(
     point = fit(sizes, means)
     if point is None:
         return None
+    notes = []
+    if len(sizes) <= PARAMETERS:
+        notes.append(
+            f"{len(sizes)} sizes for {PARAMETERS} parameters: the law is not tested (a curve this flexible fits any "
+            "3 points), and its CIs say little"
+        )
+    if point.rms > LARGE_RESIDUAL * float(np.mean(means)):
+        notes.append(f"large residuals: RMS {point.rms:.4f} against a mean loss of {np.mean(means):.3f}")
+    if all(len(by_size[n]) == 1 for n in sizes):  # one seed per size: nothing to resample, no interval
+        return LadderFit(point, {}, [], [*notes, "one seed per size: no confidence intervals"])
     rng = np.random.default_rng(seed)
     samples = []
     for _ in range(resamples):
@@ -108,14 +118,6 @@ def fit_ladder(
         name: tuple(float(q) for q in np.percentile([getattr(s, name) for s in samples], [2.5, 97.5]))
         for name in ("e", "a", "alpha")
     } if samples else {}  # fmt: skip
-    notes = []
-    if len(sizes) <= PARAMETERS:
-        notes.append(
-            f"{len(sizes)} sizes for {PARAMETERS} parameters: the fit passes through every point and its CIs are not "
-            "a test of the law"
-        )
-    if point.rms > LARGE_RESIDUAL * float(np.mean(means)):
-        notes.append(f"large residuals: RMS {point.rms:.4f} against a mean loss of {np.mean(means):.3f}")
     if min(len(by_size[n]) for n in sizes) < FEW_SEEDS:
         notes.append(
             f"a bootstrap over fewer than {FEW_SEEDS} seeds per size understates the spread: read its CIs as too narrow"

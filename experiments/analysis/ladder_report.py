@@ -78,8 +78,8 @@ def ladder_section(out_dir: Path, analysis: Analysis, info: dict[str, Any]) -> t
             spread = f" ± {np.std(values, ddof=1):.3f}" if len(values) > 1 else ""
             shown.append(f"{np.mean(values):.3f}{spread} ({n:,.0f})" if values else "—")
         f = fits[cell]
-        e = f"{f.point.e:.3f} {_interval(*f.ci['e'])}" if f and f.ci else "—"
-        alpha = f"{f.point.alpha:.3f} {_interval(*f.ci['alpha'])}" if f and f.ci else "—"
+        e = f"{f.point.e:.3f}" + (f" {_interval(*f.ci['e'])}" if f.ci else "") if f else "—"
+        alpha = f"{f.point.alpha:.3f}" + (f" {_interval(*f.ci['alpha'])}" if f.ci else "") if f else "—"
         notes = "; ".join(f.warnings) if f else "no fit (fewer sizes than parameters, or it failed)"
         rows.append("| " + " | ".join([f"`{cell}`", *shown, e, alpha, notes]) + " |")
     lines.append("\n".join(rows))
@@ -96,7 +96,8 @@ def ladder_section(out_dir: Path, analysis: Analysis, info: dict[str, Any]) -> t
             for cell, result in here.items():
                 if cell != baseline:
                     d = paired_difference(result.values(metric), here[baseline].values(metric))
-                    diffs.append(f"`{cell}` {d.diff:+.3f} [{d.ci_low:+.3f}, {d.ci_high:+.3f}], p = {p_text(d.p_value)}")
+                    ci = f" [{d.ci_low:+.3f}, {d.ci_high:+.3f}]" if math.isfinite(d.ci_low) else " (one seed: no CI)"
+                    diffs.append(f"`{cell}` {d.diff:+.3f}{ci}, p = {p_text(d.p_value)}")
         rank_rows.append(f"| {name} | {ranking} | {'; '.join(diffs)} |")
     lines += [f"Ranking by `{metric}` at each size:", "\n".join(rank_rows)]
 

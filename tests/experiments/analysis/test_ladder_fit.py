@@ -70,3 +70,9 @@ def test_parallel_curves_do_not_cross_within_the_ladder():
 def test_extrapolation_is_named():
     found = fit(SIZES, law(np.array(SIZES), 1.5, 20.0, 0.35))
     assert found.extrapolates(1e7) and not found.extrapolates(1e5)
+
+
+def test_one_seed_per_size_gives_a_fit_without_intervals():
+    result = fit_ladder({n: [float(law(np.array(n), 1.5, 20.0, 0.35))] for n in SIZES})
+    assert result.point.e == pytest.approx(1.5, rel=1e-3) and result.ci == {} and not result.samples
+    assert result.warnings == ["one seed per size: no confidence intervals"]

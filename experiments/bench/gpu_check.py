@@ -1,0 +1,360 @@
+"""The one GPU check (`make gpu-check`), prepared so that the minutes a GPU is lent go to measuring: each
+family's `configs/<family>/gpu.yaml` model trained in bf16 (tokens/s, MFU, peak memory), the SDPA kernel each
+positional scheme reaches, T5's blockwise bias backward against SDPA's math kernel at long context, the KV
+cache's generation speed-up, and a short GPT ladder (3 sizes × 2 schemes) through the sweep engine.
+
+    python -m experiments.bench.gpu_check                 # on a GPU: under 8 minutes, writes results/gpu/
+    python -m experiments.bench.gpu_check --dry           # CPU, tiny shapes, seconds: checks every part runs
+    python -m experiments.bench.gpu_check --parts sdpa,kv_cache
+
+Writes `gpu_check.md` (tables) and `gpu_check.json` (raw numbers, machine, versions) to `--out` (default
+`experiments/bench/results/gpu/`; a dry run writes `gpu_check-dry.*`). Each part is timed and a failed part is
+recorded with its error while the others still run: a lent GPU's minutes are not lost to one bug.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import subprocess
+import sys
+import time
+import traceback
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+import yaml
+from torch import Tensor, nn
+
+from models import GPT, ArchConfig, BertMLM, EncoderDecoder, ViT
+
+from .common import POSITIONAL_SCHEMES, TrainStep
+from .timing import interleaved, machine_info, matmul_peak_flops
+
+ROOT = Path(__file__).resolve().parents[2]
+DEFAULT_OUT = Path(__file__).resolve().parent / "results" / "gpu"
+FAMILIES = ("gpt", "bert", "translation", "vit")
+# SDPA's implementations as torch.profiler names their aten ops (CPU and CUDA)
+SDPA_OPS = {
+    "aten::_scaled_dot_product_flash_attention": "flash",
+    "aten::_scaled_dot_product_flash_attention_for_cpu": "flash (CPU)",
+    "aten::_scaled_dot_product_efficient_attention": "mem-efficient",
+    "aten::_scaled_dot_product_cudnn_attention": "cuDNN",
+    "aten::_scaled_dot_product_attention_math": "math",
+}
+
+
+@dataclass(frozen=True)
+class Check:
+    """Where and how big: the full check on CUDA in bf16, or the dry run on CPU with tiny shapes."""
+
+    device: str
+    dry: bool
+    reps: int
+    dtype: torch.dtype = torch.bfloat16
+    t5_lengths: tuple[int, ...] = (1024, 4096)
+    gen_tokens: int = 256
+    ladder_steps: int = 300
+
+    def sync(self) -> None:
+        if self.device == "cuda":
+            torch.cuda.synchronize()
+
+    def peak_gib(self) -> float:
+        return torch.cuda.max_memory_allocated() / 2**30 if self.device == "cuda" else float("nan")
+
+    def reset_peak(self) -> None:
+        if self.device == "cuda":
+            torch.cuda.reset_peak_memory_stats()
+
+
+FULL = Check(device="cuda", dry=False, reps=5)
+DRY = Check(device="cpu", dry=True, reps=1, t5_lengths=(32, 64), gen_tokens=4, ladder_steps=2)
+TINY = {"d_model": 32, "n_layers": 1, "n_heads": 2}  # a dry run's model, every family
+
+
+def gpu_arch(family: str, dry: bool) -> tuple[dict[str, Any], dict[str, Any], dict[str, Any]]:
+    """(arch, the model's other init args, the data's init args) of `configs/<family>/base.yaml` with its
+    `gpu.yaml` over it: what `cli.py fit -c base.yaml -c gpu.yaml` trains."""
+    model, data = {}, {}
+    for name in ("base.yaml", "gpu.yaml"):
+        config = yaml.safe_load((ROOT / "configs" / family / name).read_text())
+        model_args = (config.get("model") or {}).get("init_args") or {}
+        model |= {k: v for k, v in model_args.items() if k != "arch"} | {
+            "arch": (model.get("arch") or {}) | (model_args.get("arch") or {})
+        }
+        data |= (config.get("data") or {}).get("init_args") or {}
+    arch = model.pop("arch") | (TINY if dry else {})
+    return arch, model, data
+
+
+@dataclass
+class Workload:
+    """One family's model and a batch of its data, with the forward + loss a training step runs."""
+
+    model: nn.Module
+    inputs: Any
+    targets: Tensor
+    forward: Callable[[nn.Module, Any], Tensor]
+    tokens: int  # tokens (or patches) per step, for throughput
+    seq: int  # the attention length MFU's attention term uses
+
+
+def workload(family: str, check: Check) -> Workload:
+    """The `gpu.yaml` model of `family` on random data of its shapes (a few tokens when dry)."""
+    arch, model_args, data = gpu_arch(family, check.dry)
+    g = torch.Generator().manual_seed(0)
+    batch = 2 if check.dry else int(data.get("batch_size", 8))
+    if family == "vit":
+        image, patch = (8, 4) if check.dry else (32, int(model_args.get("patch_size", 4)))
+        model = ViT(ArchConfig(**(arch | {"vocab_size": 1})), image_size=image, patch_size=patch, num_classes=10)
+        images = torch.randn(batch, 3, image, image, generator=g)
+        labels = torch.randint(0, 10, (batch,), generator=g)
+        seq = (image // patch) ** 2 + 1
+        return Workload(model, images, labels, lambda m, x: m(x), batch * seq, seq)
+    vocab = 64 if check.dry else int(data.get("bpe_vocab_size", 8192))
+    seq = 16 if check.dry else int(data.get("seq_len", 128))
+    cfg = ArchConfig(**(arch | {"vocab_size": vocab, "max_seq_len": seq}))
+    ids = torch.randint(0, vocab, (batch, seq + 1), generator=g)
+    if family == "translation":
+        src = torch.randint(0, vocab, (batch, seq), generator=g)
+        return Workload(EncoderDecoder(cfg), (src, ids[:, :-1]), ids[:, 1:], lambda m, x: m(*x), 2 * batch * seq, seq)
+    model = GPT(cfg) if family == "gpt" else BertMLM(cfg)
+    return Workload(model, ids[:, :-1], ids[:, 1:], lambda m, x: m(x), batch * seq, seq)
+
+
+def gpt_config(arch: dict[str, Any], seq: int, **overrides: Any) -> ArchConfig:
+    """The `gpu.yaml` GPT's architecture at `seq` tokens, a 64-token vocabulary (attention is what is measured)."""
+    return ArchConfig(**(arch | {"vocab_size": 64, "max_seq_len": seq} | overrides))
+
+
+def loss_fn(output: Tensor, targets: Tensor) -> Tensor:
+    return F.cross_entropy(output.flatten(0, -2).float(), targets.flatten())
+
+
+def to_device(x: Any, device: str) -> Any:
+    return tuple(t.to(device) for t in x) if isinstance(x, tuple) else x.to(device)
+
+
+def throughput(check: Check) -> dict[str, Any]:
+    """Each family's bf16 training step: tokens/s, MFU against the measured bf16 matmul peak, peak memory."""
+    peak = matmul_peak_flops(256 if check.dry else 8192, tries=1 if check.dry else 3, dtype=check.dtype,
+                             device=check.device)  # fmt: skip
+    out = {"peak_flops": peak, "families": {}}
+    for family in FAMILIES:
+        w = workload(family, check)
+        w.model.to(check.device)
+        inputs, targets = to_device(w.inputs, check.device), w.targets.to(check.device)
+        step = TrainStep(w.model, forward=w.forward, loss=loss_fn, autocast=(check.device, check.dtype),
+                         sync=check.sync).on(inputs, targets)  # fmt: skip
+        check.reset_peak()
+        timing = interleaved({family: step}, check.reps, warmup=1)[family]
+        flops = 3 * w.model.flops_per_token(w.seq) * w.tokens  # forward + backward ≈ 3 × forward
+        out["families"][family] = {
+            "params": sum(p.numel() for p in w.model.parameters()),
+            "step_s": timing.median,
+            "tokens_per_s": w.tokens / timing.median,
+            "mfu": flops / timing.median / peak,
+            "peak_gib": check.peak_gib(),
+        }
+        del w, step
+    return out
+
+
+def sdpa_kernels(check: Check) -> dict[str, Any]:
+    """The SDPA implementation each positional scheme reaches in a bf16 training step of the GPT (the ops
+    torch.profiler records), and whether the stack hands SDPA a T×T mask."""
+    from torch.profiler import ProfilerActivity, profile
+
+    arch, _, data = gpu_arch("gpt", check.dry)
+    seq = 16 if check.dry else int(data["seq_len"])
+    out = {}
+    for scheme in POSITIONAL_SCHEMES:
+        model = GPT(gpt_config(arch, seq, pos_encoding=scheme, dropout=0.0))
+        model.to(check.device)
+        ids = torch.randint(0, 64, (2, seq), device=check.device)
+        with profile(activities=[ProfilerActivity.CPU]) as prof, torch.autocast(check.device, check.dtype):
+            model(ids).float().sum().backward()
+        ops = {SDPA_OPS[e.name] for e in prof.events() if e.name in SDPA_OPS}
+        ops |= {"blockwise bias (suite)"} if scheme == "t5" and model.cfg.bias_backward == "blockwise" else set()
+        mask, _ = model.stack.self_mask(seq, 0, None, torch.zeros(1, seq, model.cfg.d_model, device=check.device))
+        out[scheme] = {"kernels": sorted(ops), "mask": None if mask is None else list(mask.shape)}
+    return out
+
+
+def t5_bias(check: Check) -> dict[str, Any]:
+    """T5's learned bias at long context: the suite's blockwise backward against SDPA's math kernel (which
+    materialises the scores), forward + backward of the GPT, time and peak memory per length."""
+    arch, _, _ = gpu_arch("gpt", check.dry)
+    out = {}
+    for seq in check.t5_lengths:
+        row = {}
+        for path in ("blockwise", "math"):
+            model = GPT(gpt_config(arch, seq, pos_encoding="t5", dropout=0.0, bias_backward=path)).to(check.device)
+            ids = torch.randint(0, 64, (1, seq), device=check.device)
+
+            def fwd_bwd(model=model, ids=ids) -> None:
+                with torch.autocast(check.device, check.dtype):
+                    model(ids).float().sum().backward()
+                check.sync()
+
+            check.reset_peak()
+            try:
+                timing = interleaved({path: fwd_bwd}, check.reps, warmup=1)[path]
+                row[path] = {"s": timing.median, "peak_gib": check.peak_gib()}
+            except torch.OutOfMemoryError as err:  # the math path's T×T scores may not fit: that is the finding
+                row[path] = {"error": f"out of memory: {str(err).splitlines()[0]}"}
+            del model
+        out[str(seq)] = row
+    return out
+
+
+def kv_cache(check: Check) -> dict[str, Any]:
+    """Greedy generation of the `gpu.yaml` GPT with and without the KV cache (same tokens), per scheme."""
+    arch, _, _ = gpu_arch("gpt", check.dry)
+    out = {}
+    for scheme in ("rope", "alibi", "learned"):
+        model = GPT(gpt_config(arch, check.gen_tokens + 8, pos_encoding=scheme)).to(check.device).eval()
+        prompt = torch.randint(0, 64, (1, 8), device=check.device)
+        runs = {}
+        for cached in (True, False):
+            with torch.no_grad(), torch.autocast(check.device, check.dtype):
+                check.sync()
+                start = time.perf_counter()
+                tokens = model.generate(prompt, check.gen_tokens, temperature=0, use_cache=cached)
+                check.sync()
+            runs[cached] = (time.perf_counter() - start, tokens)
+        out[scheme] = {"cached_s": runs[True][0], "uncached_s": runs[False][0],
+                       "speedup": runs[False][0] / runs[True][0],
+                       "same_tokens": bool(torch.equal(runs[True][1], runs[False][1]))}  # fmt: skip
+    return out
+
+
+def ladder(check: Check, out_dir: Path) -> dict[str, Any]:
+    """A short GPT ladder (3 sizes × rope/alibi, one seed) through `cli.py sweep`, so the ladder machinery has
+    run once on this device: its report's Ladder section is kept."""
+    sizes = [(64, 2), (128, 4), (256, 8)] if not check.dry else [(16, 2), (24, 2), (32, 2)]
+    spec = {
+        "base": ["configs/gpt/base.yaml", "configs/gpt/tiny.yaml"],
+        "fixed": {"trainer.max_steps": check.ladder_steps, "trainer.val_check_interval": check.ladder_steps,
+                  "trainer.accelerator": "gpu" if check.device == "cuda" else "cpu",
+                  "model.sample_tokens": 0, "data.val_tokens": 1024 if check.dry else 16384}
+                 | ({"data.seq_len": 16, "model.arch.max_seq_len": 16, "data.eval_lengths": [16]} if check.dry else {}),
+        "grid": {"model.arch.pos_encoding": ["rope"] if check.dry else ["rope", "alibi"]},
+        "ladder": [{"name": f"d{d}", "model.arch.d_model": d, "model.arch.n_heads": h} for d, h in sizes],
+        "seeds": [0],
+        "checkpoint_every": check.ladder_steps,
+    }  # fmt: skip
+    folder = out_dir / ("ladder-dry" if check.dry else "ladder")
+    folder.mkdir(parents=True, exist_ok=True)
+    (folder / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+    workers = ["--threads", "1", "--jobs", "2"] if check.dry else ["--threads", "8"]
+    command = [sys.executable, "cli.py", "sweep", str(folder / "spec.yaml"), "--out", str(folder / "sweep"), *workers]
+    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180 if check.dry else 300)
+    report = folder / "sweep" / "report.md"
+    if done.returncode != 0 or not report.exists():
+        raise RuntimeError(f"cli.py sweep exited {done.returncode}: {done.stderr[-2000:]}")
+    text = report.read_text()
+    section = text[text.index("## Ladder") :].split("\n## ", 1)[0] if "## Ladder" in text else ""
+    return {"report": str(report.relative_to(ROOT)) if report.is_relative_to(ROOT) else str(report), "ladder": section}
+
+
+PARTS: dict[str, Callable[..., dict[str, Any]]] = {
+    "throughput": throughput,
+    "sdpa": sdpa_kernels,
+    "t5_bias": t5_bias,
+    "kv_cache": kv_cache,
+    "ladder": ladder,
+}
+
+
+@dataclass
+class Outcome:
+    name: str
+    seconds: float
+    result: dict[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+
+def run_parts(check: Check, names: list[str], out_dir: Path) -> list[Outcome]:
+    """Each part in turn, timed; a part that raises is recorded with its error and the next one runs."""
+    outcomes = []
+    for name in names:
+        start = time.perf_counter()
+        try:
+            args = (check, out_dir) if name == "ladder" else (check,)
+            outcomes.append(Outcome(name, 0.0, PARTS[name](*args)))
+        except Exception:  # noqa: BLE001 - a lent GPU's other parts must still run
+            outcomes.append(Outcome(name, 0.0, error=traceback.format_exc(limit=3)))
+        outcomes[-1].seconds = time.perf_counter() - start
+    return outcomes
+
+
+def markdown(check: Check, outcomes: list[Outcome]) -> str:
+    """The tables of `gpu_check.md`."""
+    device = torch.cuda.get_device_name() if check.device == "cuda" else "CPU (dry run: tiny shapes)"
+    lines = [f"# GPU check on {device}", "", f"- torch {torch.__version__}; `python -m experiments.bench.gpu_check"
+             f"{' --dry' if check.dry else ''}`; parts: " + ", ".join(f"{o.name} {o.seconds:.0f} s" for o in outcomes)]  # fmt: skip
+    for o in outcomes:
+        lines += ["", f"## {o.name}", ""]
+        if o.error:
+            lines += ["Failed:", "", "```", o.error.strip(), "```"]
+        elif o.name == "throughput":
+            lines += [f"bf16 matmul peak measured: {o.result['peak_flops'] / 1e12:.1f} TFLOP/s", "",
+                      "| family (gpu.yaml) | parameters | step, ms | tokens/s | MFU | peak GiB |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+            for fam, r in o.result["families"].items():
+                lines.append(f"| {fam} | {r['params']:,} | {r['step_s'] * 1e3:.1f} | {r['tokens_per_s']:,.0f} | "
+                             f"{r['mfu']:.1%} | {r['peak_gib']:.2f} |")  # fmt: skip
+        elif o.name == "sdpa":
+            lines += ["| scheme | SDPA implementation(s) | mask handed to SDPA |", "|---|---|---|"]
+            lines += [f"| {s} | {', '.join(r['kernels']) or '—'} | {r['mask'] or 'none (is_causal)'} |"
+                      for s, r in o.result.items()]  # fmt: skip
+        elif o.name == "t5_bias":
+            lines += ["| T | blockwise: ms, peak GiB | math: ms, peak GiB |", "|---:|---|---|"]
+            for seq, row in o.result.items():
+                cells = [r.get("error") or f"{r['s'] * 1e3:.1f}, {r['peak_gib']:.2f}" for r in row.values()]
+                lines.append(f"| {seq} | " + " | ".join(cells) + " |")
+        elif o.name == "kv_cache":
+            lines += ["| scheme | cached, s | uncached, s | speed-up | same tokens |", "|---|---:|---:|---:|---|"]
+            lines += [f"| {s} | {r['cached_s']:.3f} | {r['uncached_s']:.3f} | {r['speedup']:.1f}× | {r['same_tokens']} |"
+                      for s, r in o.result.items()]  # fmt: skip
+        elif o.name == "ladder":
+            lines += [f"From `{o.result['report']}`:", "", o.result["ladder"]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(prog="python -m experiments.bench.gpu_check", description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dry", action="store_true", help="CPU, tiny shapes: check that every part runs")
+    parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, from {list(PARTS)}")
+    parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    args = parser.parse_args(argv)
+    names = [p for p in args.parts.split(",") if p]
+    unknown = [p for p in names if p not in PARTS]
+    if unknown:
+        parser.error(f"unknown part(s) {unknown}; choose from {list(PARTS)}")
+    check = DRY if args.dry else FULL
+    if not args.dry and not torch.cuda.is_available():
+        print("gpu_check: CUDA is not available here (torch.cuda.is_available() is False); nothing was measured. "
+              "Run it on a GPU machine, or `--dry` to check the script on this CPU.", file=sys.stderr)  # fmt: skip
+        return 1
+    if check.device == "cuda":
+        torch.backends.cuda.matmul.allow_tf32 = True
+    outcomes = run_parts(check, names, args.out)
+    text = markdown(check, outcomes)
+    args.out.mkdir(parents=True, exist_ok=True)
+    stem = "gpu_check-dry" if check.dry else "gpu_check"
+    (args.out / f"{stem}.md").write_text(text)
+    raw = {"check": {k: str(v) for k, v in vars(check).items()}, "machine": machine_info(),
+           "parts": {o.name: {"seconds": o.seconds, "result": o.result, "error": o.error} for o in outcomes}}  # fmt: skip
+    (args.out / f"{stem}.json").write_text(json.dumps(raw, indent=2, default=str) + "\n")
+    print(text)
+    return 1 if any(o.error for o in outcomes) else 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

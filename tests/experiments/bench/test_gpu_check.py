@@ -1,0 +1,56 @@
+"""`make gpu-check`'s CPU dry mode: every part runs end to end on tiny shapes, writes its table and raw JSON,
+and a failing part is recorded while the others still run (a lent GPU's minutes are not lost to one bug)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments.bench import gpu_check
+
+
+@pytest.fixture(scope="module")
+def dry_run(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu")
+    return gpu_check.main(["--dry", "--out", str(out)]), out
+
+
+def test_every_part_runs_dry_and_is_written(dry_run):
+    code, out = dry_run
+    assert code == 0
+    raw = json.loads((out / "gpu_check-dry.json").read_text())
+    assert set(raw["parts"]) == set(gpu_check.PARTS) and not any(p["error"] for p in raw["parts"].values())
+    parts = {name: p["result"] for name, p in raw["parts"].items()}
+    assert set(parts["throughput"]["families"]) == set(gpu_check.FAMILIES)
+    assert all(f["tokens_per_s"] > 0 for f in parts["throughput"]["families"].values())
+    assert parts["sdpa"]["rope"]["mask"] is None and parts["sdpa"]["alibi"]["mask"] is not None  # ALiBi: a bias
+    assert "blockwise bias (suite)" in parts["sdpa"]["t5"]["kernels"]
+    assert all(row["blockwise"]["s"] > 0 and row["math"]["s"] > 0 for row in parts["t5_bias"].values())
+    assert all(r["same_tokens"] for r in parts["kv_cache"].values())  # the cache changes speed, not tokens
+    assert "## Ladder" in parts["ladder"]["ladder"] and "pos_encoding=rope" in parts["ladder"]["ladder"]
+    text = (out / "gpu_check-dry.md").read_text()
+    assert all(f"## {name}" in text for name in gpu_check.PARTS)
+
+
+def test_a_failing_part_is_recorded_and_the_rest_run(monkeypatch, tmp_path):
+    def broken(check):
+        raise RuntimeError("planted failure")
+
+    monkeypatch.setitem(gpu_check.PARTS, "sdpa", broken)
+    assert gpu_check.main(["--dry", "--out", str(tmp_path), "--parts", "sdpa,kv_cache"]) == 1
+    raw = json.loads((tmp_path / "gpu_check-dry.json").read_text())
+    assert "planted failure" in raw["parts"]["sdpa"]["error"] and raw["parts"]["kv_cache"]["error"] is None
+
+
+def test_without_cuda_the_full_check_says_so(capsys):
+    if gpu_check.torch.cuda.is_available():
+        pytest.skip("a GPU is here: the full check would run")
+    assert gpu_check.main([]) == 1
+    assert "CUDA is not available" in capsys.readouterr().err
+
+
+def test_an_unknown_part_names_the_choices(capsys):
+    with pytest.raises(SystemExit):
+        gpu_check.main(["--dry", "--parts", "sdpa,flash"])
+    assert "unknown part(s) ['flash']" in capsys.readouterr().err
