@@ -297,15 +297,17 @@ def run_parts(check: Check, names: list[str], out_dir: Path) -> list[Outcome]:
 def markdown(check: Check, outcomes: list[Outcome]) -> str:
     """The tables of `gpu_check.md`."""
     device = torch.cuda.get_device_name() if check.device == "cuda" else "CPU (dry run: tiny shapes)"
-    lines = [f"# GPU check on {device}", "", f"- torch {torch.__version__}; `python -m experiments.bench.gpu_check"
-             f"{' --dry' if check.dry else ''}`; parts: " + ", ".join(f"{o.name} {o.seconds:.0f} s" for o in outcomes)]  # fmt: skip
+    command = f"`python -m experiments.bench.gpu_check{' --dry' if check.dry else ''}`"
+    timings = ", ".join(f"{o.name} {o.seconds:.0f} s" for o in outcomes)
+    lines = [f"# GPU check on {device}", "", f"- torch {torch.__version__}; {command}; parts: {timings}"]
     for o in outcomes:
         lines += ["", f"## {o.name}", ""]
         if o.error:
             lines += ["Failed:", "", "```", o.error.strip(), "```"]
         elif o.name == "throughput":
             lines += [f"bf16 matmul peak measured: {o.result['peak_flops'] / 1e12:.1f} TFLOP/s", "",
-                      "| family (gpu.yaml) | parameters | step, ms | tokens/s | MFU | peak GiB |", "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
+                      "| family (gpu.yaml) | parameters | step, ms | tokens/s | MFU | peak GiB |",
+                      "|---|---:|---:|---:|---:|---:|"]  # fmt: skip
             for fam, r in o.result["families"].items():
                 lines.append(f"| {fam} | {r['params']:,} | {r['step_s'] * 1e3:.1f} | {r['tokens_per_s']:,.0f} | "
                              f"{r['mfu']:.1%} | {r['peak_gib']:.2f} |")  # fmt: skip
@@ -320,8 +322,8 @@ def markdown(check: Check, outcomes: list[Outcome]) -> str:
                 lines.append(f"| {seq} | " + " | ".join(cells) + " |")
         elif o.name == "kv_cache":
             lines += ["| scheme | cached, s | uncached, s | speed-up | same tokens |", "|---|---:|---:|---:|---|"]
-            lines += [f"| {s} | {r['cached_s']:.3f} | {r['uncached_s']:.3f} | {r['speedup']:.1f}× | {r['same_tokens']} |"
-                      for s, r in o.result.items()]  # fmt: skip
+            lines += [f"| {s} | {r['cached_s']:.3f} | {r['uncached_s']:.3f} | {r['speedup']:.1f}× | "
+                      f"{r['same_tokens']} |" for s, r in o.result.items()]  # fmt: skip
         elif o.name == "ladder":
             lines += [f"From `{o.result['report']}`:", "", o.result["ladder"]]
     return "\n".join(lines) + "\n"
@@ -349,8 +351,8 @@ def main(argv: list[str] | None = None) -> int:
     args.out.mkdir(parents=True, exist_ok=True)
     stem = "gpu_check-dry" if check.dry else "gpu_check"
     (args.out / f"{stem}.md").write_text(text)
-    raw = {"check": {k: str(v) for k, v in vars(check).items()}, "machine": machine_info(),
-           "parts": {o.name: {"seconds": o.seconds, "result": o.result, "error": o.error} for o in outcomes}}  # fmt: skip
+    parts = {o.name: {"seconds": o.seconds, "result": o.result, "error": o.error} for o in outcomes}
+    raw = {"check": {k: str(v) for k, v in vars(check).items()}, "machine": machine_info(), "parts": parts}
     (args.out / f"{stem}.json").write_text(json.dumps(raw, indent=2, default=str) + "\n")
     print(text)
     return 1 if any(o.error for o in outcomes) else 0
