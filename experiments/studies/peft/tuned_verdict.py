@@ -14,7 +14,7 @@ from pathlib import Path
 from experiments.analysis.comparison import analyse
 from experiments.analysis.formatting import p_text
 from experiments.analysis.stats import Comparison, paired_difference
-from experiments.analysis.tuning_report import searches
+from experiments.analysis.tuning_report import initial_grid, searches, sensitivity, sensitivity_cap
 from experiments.records.layout import LEDGER_NAME, SWEEP_INFO
 from experiments.records.ledger import Ledger
 from experiments.records.values import format_value
@@ -35,7 +35,8 @@ def label(c: Comparison) -> str:
 
 
 def table(sweep_dir: Path) -> str:
-    """One row per comparison: the two methods' tuned lr, the paired difference, its TOST p and label."""
+    """Each method's tuned lr, test loss and lr sensitivity; then one row per comparison: the two methods'
+    tuned lr, the paired difference, its TOST p and label."""
     info = json.loads((sweep_dir / SWEEP_INFO).read_text())
     ledger = Ledger(sweep_dir / LEDGER_NAME)
     cells = {c.name: c for c in analyse(ledger, info).cells}
@@ -45,6 +46,15 @@ def table(sweep_dir: Path) -> str:
     keys, metric, found = searches(ledger, info)
     lr = {m: "/".join(format_value(v) for v in found[m].chosen) for m in METHODS}
     unbracketed = {m: found[m].unbracketed(keys) for m in METHODS}
+    grid, cap = initial_grid(info, keys), sensitivity_cap(found, higher=False)
+    seeds = len(cells[METHODS[0]].values(METRIC))
+    methods = [
+        f"| method | tuned lr | `{METRIC}` (mean ± std, {seeds} seeds) | lr sensitivity |",
+        "|---|---|---|---|",
+        *(f"| {m} | {lr[m]}{' (unbracketed)' if unbracketed[m] else ''} | "
+          f"{table_script.mean_std(list(cells[m].values(METRIC).values()))} | "
+          f"{sensitivity(found[m], grid, cap, higher=False):.3f} |" for m in METHODS),
+    ]  # fmt: skip
     rows = [
         f"| comparison on `{METRIC}` | tuned lr (on `{metric}`) | difference [95% CI] | TOST ±{MARGIN} p | verdict |",
         "|---|---|---|---|---|",
@@ -56,7 +66,7 @@ def table(sweep_dir: Path) -> str:
             f"| {method} − {other} | {lr[method]} vs {lr[other]}{flags} | {c.diff:+.3f} [{c.ci_low:+.3f}, "
             f"{c.ci_high:+.3f}] | {p_text(c.equivalence_p)} | {label(c)} |"
         )
-    return "\n".join(rows) + "\n"
+    return "\n".join(methods) + "\n\n" + "\n".join(rows) + "\n"
 
 
 def main(argv: list[str] | None = None) -> int:
