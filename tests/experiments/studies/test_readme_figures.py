@@ -15,7 +15,9 @@ import pytest
 
 from experiments.studies import ledger_figures as fig
 from experiments.studies.ffn_norm import pair_table
+from experiments.studies.mlm_positional import tuned_verdict as mlm_verdict
 from experiments.studies.norm_placement import loss_table
+from experiments.studies.norm_placement import tuned_verdict as norm_verdict
 from experiments.studies.peft import tuned_verdict as peft_verdict
 from experiments.studies.scan_length import split_table
 
@@ -536,3 +538,25 @@ def test_readme_tables_are_their_scripts_output(study, spec, script, output, sho
     readme = (STUDIES / study / "README.md").read_text().splitlines()
     missing = [shown(row) for row in table_rows(text) if shown(row) not in readme]
     assert not missing, f"{study}/README.md lacks these rows of {output}:\n" + "\n".join(missing)
+
+
+# (study, verdict script, its sweep folders in the order it takes them): a tuned study's verdict lines
+VERDICTS = [
+    ("norm_placement", norm_verdict, ("norm_placement_tuned",)),
+    ("mlm_positional", mlm_verdict, ("mlm_positional_tuned", "mlm_positional_tuned_scale")),
+]
+
+
+@pytest.mark.parametrize(("study", "script", "folders"), VERDICTS, ids=[v[0] for v in VERDICTS])
+def test_readme_verdicts_are_their_scripts_output(study, script, folders, monkeypatch):
+    """A tuned study's verdict lines are its script's output on the committed ledgers (the folders committed so
+    far), the committed tuned_verdict.md is that output, and the README quotes every line."""
+    monkeypatch.chdir(ROOT)
+    sweeps = [results(study, f).relative_to(ROOT) for f in folders if (results(study, f) / "results.csv").exists()]
+    lines = script.verdicts(*sweeps)
+    assert "\n".join(lines) + "\n" == (sweeps[0] / "tuned_verdict.md").read_text(), (
+        f"{sweeps[0]}/tuned_verdict.md is stale: re-run python -m {script.__name__} {' '.join(map(str, sweeps))}"
+    )
+    readme = normalized((STUDIES / study / "README.md").read_text())
+    missing = [line for line in lines if normalized(line.removeprefix("- ")) not in readme]
+    assert not missing, f"{study}/README.md lacks these verdict lines:\n" + "\n".join(missing)
