@@ -58,15 +58,17 @@ def _divisors(n: int) -> str:
     return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
 
 
-def default_d_ff(d_model: int, activation: str) -> int:
+def default_d_ff(d_model: int, activation: str, multiple_of: int = 64) -> int:
     """Hidden width of the FFN when `d_ff` is not given.
 
     Plain FFNs use 4·d. Gated FFNs have three matrices instead of two, so they use 8/3·d rounded
-    up to a multiple of 64 (Shazeer 2020; Llama) to keep the parameter count comparable:
-    2·d·4d = 8d² for plain, 3·d·(8/3)d = 8d² for gated.
+    up to a multiple of `multiple_of` (Shazeer 2020; Llama's `multiple_of`, 64 by default here) to keep
+    the parameter count comparable: 2·d·4d = 8d² for plain, 3·d·(8/3)d = 8d² for gated. Rounding up
+    adds up to 64 units: 12.5% more FFN weights at d 64, 0 at d 96, 12.6% at d 128; `multiple_of=1`
+    gives int(8/3·d), parameter-matched at every width (Shazeer's Table 1; the ffn_norm ladder).
     """
     if activation in GATED_ACTIVATIONS:
-        return -(-int(8 * d_model / 3) // 64) * 64
+        return -(-int(8 * d_model / 3) // multiple_of) * multiple_of
     return 4 * d_model
 
 
@@ -83,7 +85,9 @@ class ArchConfig:
             and a shallow decoder keep quality and decode faster (Kasai et al. 2021).
         n_heads: query heads.
         n_kv_heads: key/value heads (GQA/MQA); `None` means `n_heads` (MHA).
-        d_ff: FFN hidden width; `None` picks `default_d_ff(d_model, activation)`.
+        d_ff: FFN hidden width; `None` picks `default_d_ff(d_model, activation, ffn_multiple_of)`.
+        ffn_multiple_of: a gated FFN's default width (`d_ff: None`) is 8/3·d rounded up to this
+            multiple (Llama's `multiple_of`); 1 matches a plain FFN's parameters exactly at any width.
         max_seq_len: longest sequence for `learned` positions (and the first size of the other
             schemes' cached tables); `None` takes it from the data: a task module sets it to the
             data's longest sequence (`data_info`), so it is set by hand only to differ from that.
@@ -135,6 +139,7 @@ class ArchConfig:
     n_heads: int = 4
     n_kv_heads: int | None = None
     d_ff: int | None = None
+    ffn_multiple_of: int = 64
     max_seq_len: int | None = None
     pos_encoding: PosEncoding = "learned"
     sinusoidal_layout: SinusoidalLayout = "interleaved"
@@ -177,7 +182,7 @@ class ArchConfig:
         # None: max_seq_len is taken from the data, a stack depth is n_layers
         optional = ("max_seq_len", "n_encoder_layers", "n_decoder_layers")
         set_sizes = tuple(name for name in optional if getattr(self, name) is not None)
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", *set_sizes):
+        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "ffn_multiple_of", *set_sizes):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be a positive integer")
         if self.learned_pos_offset < 0:
@@ -236,7 +241,7 @@ class ArchConfig:
 
     @property
     def ffn_dim(self) -> int:
-        return self.d_ff or default_d_ff(self.d_model, self.activation)
+        return self.d_ff or default_d_ff(self.d_model, self.activation, self.ffn_multiple_of)
 
     @property
     def rotary_dim(self) -> int:

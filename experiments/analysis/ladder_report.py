@@ -11,6 +11,7 @@ training FLOPs are 3 × forward FLOPs per token × tokens trained, the tokens be
 from __future__ import annotations
 
 import math
+import re
 from pathlib import Path
 from typing import Any
 
@@ -58,14 +59,31 @@ def _interval(low: float, high: float) -> str:
 
 
 def ladder_section(out_dir: Path, analysis: Analysis, info: dict[str, Any]) -> tuple[str, list[tuple[str, Path]]]:
-    """The report's `## Ladder` section and its figures (caption, path relative to `out_dir`)."""
-    metric, names = analysis.main, [s["name"] for s in info["ladder"]["sizes"]]
-    if metric is None:
+    """The report's `## Ladder` section and its figures (caption, path relative to `out_dir`): the main metric,
+    then each of the spec's `ladder_metrics` (e.g. the loss at 4x the training length) the same way."""
+    if analysis.main is None:
         return "## Ladder\n\nNo validation metric logged yet.", []
+    extra = [m for m in info.get("ladder_metrics", []) if m != analysis.main]
+    parts, figures = ["## Ladder"], []
+    for metric in [analysis.main, *extra]:
+        if metric not in analysis.metrics:
+            parts.append(f"### `{metric}`\n\nNot logged by any run yet.")
+            continue
+        text, found = _metric_ladder(out_dir, analysis, info, metric, suffix="" if metric == analysis.main else
+                                     "_" + re.sub(r"[^A-Za-z0-9]+", "_", metric).strip("_"))  # fmt: skip
+        parts.append(text if metric == analysis.main and not extra else f"### `{metric}`\n\n{text}")
+        figures += found
+    return "\n\n".join(parts), figures
+
+
+def _metric_ladder(
+    out_dir: Path, analysis: Analysis, info: dict[str, Any], metric: str, suffix: str
+) -> tuple[str, list[tuple[str, Path]]]:
+    names = [s["name"] for s in info["ladder"]["sizes"]]
     sizes = _sizes(analysis, info)
     baseline = info["ladder"]["cells"].get(analysis.baseline or "", [None])[0]
     sign = -1.0 if higher_is_better(metric) else 1.0
-    lines = ["## Ladder", f"Each cell at every size; `{metric}` (mean ± std over seeds) with the size's non-embedding "
+    lines = [f"Each cell at every size; `{metric}` (mean ± std over seeds) with the size's non-embedding "
              "parameters. Fits: L = E + A·N^−α on the seed means, 95% CIs from a bootstrap over seeds."]  # fmt: skip
     head = ["cell", *names, "E", "α", "fit notes"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
@@ -120,7 +138,7 @@ def ladder_section(out_dir: Path, analysis: Analysis, info: dict[str, Any]) -> t
     figures = []
     for axis, key in ((1, "params"), (2, "flops")):
         axis_points, axis_fits = (points, fits) if axis == 1 else _fits(sizes, metric, axis)
-        path = Path("plots") / f"ladder_{key}.png"
+        path = Path("plots") / f"ladder_{key}{suffix}.png"
         laws = {cell: (f.point if f else None) for cell, f in axis_fits.items()}
         if plots.ladder_curves(axis_points, laws, AXES[key], metric, out_dir / path):
             figures.append((f"{metric} against {AXES[key]} (ladder; band: min–max over seeds; dashed: fit)", path))

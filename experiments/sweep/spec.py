@@ -47,7 +47,7 @@ ROOT = Path(__file__).resolve().parents[2]  # runs start here: spec paths are re
 SPEC_KEYS = ("extends", "base", "fixed", "grid", "cells", "seeds", "baseline", "checkpoint_every", "launcher")
 # the report's options, read by the analysis only (experiments/analysis): equivalence margins per metric,
 # groups to compare within
-REPORT_KEYS = ("equivalence_margin", "compare_within")
+REPORT_KEYS = ("equivalence_margin", "compare_within", "ladder_metrics")
 SPEC_KEYS += REPORT_KEYS
 SPEC_KEYS += ("require_clean",)  # refuse to start from a dirty git tree (experiments/sweep/provenance.py)
 SPEC_KEYS += ("tune",)  # each cell at its own tuned values, selected on validation (experiments/sweep/tuning.py)

@@ -1,5 +1,5 @@
 """Two optional blocks of a spec, each checked on its own: `launcher:` (the resources of scheduler jobs)
-and the report's options (`equivalence_margin`, `compare_within`)."""
+and the report's options (`equivalence_margin`, `compare_within`, `ladder_metrics`)."""
 
 from __future__ import annotations
 
@@ -47,6 +47,15 @@ def report_options(raw: Mapping[str, Any], axes: tuple[str, ...]) -> dict[str, A
         if unknown or len(names) >= len(axes):
             raise SpecError(f"compare_within: {names} must be some, not all, of the spec's axes {list(axes)}")
         out["compare_within"] = names
+    extra = raw.get("ladder_metrics")
+    if extra is not None:
+        if not raw.get("ladder"):
+            raise SpecError("ladder_metrics: only a spec with a `ladder:` has a ladder section to add them to")
+        if not isinstance(extra, list) or not extra or not all(
+            isinstance(m, str) and m.startswith(("val/", "test/")) for m in extra
+        ):
+            raise SpecError(f"ladder_metrics: needs a list of validation or test metrics (val/*, test/*): {extra!r}")
+        out["ladder_metrics"] = list(extra)
     return out
 
 

@@ -154,6 +154,22 @@ def test_explicit_values():
     assert default_d_ff(768, "swiglu") == 2048
 
 
+@pytest.mark.parametrize("d_model", [64, 96, 128, 160, 192, 256])
+def test_ffn_multiple_of_one_matches_plain_ffn_parameters(d_model):
+    # three d x d_ff matrices against two d x 4d: within one hidden unit (3·d weights) at every width
+    gated = ArchConfig(**{**TINY, "d_model": d_model, "n_heads": 4}, activation="swiglu", ffn_multiple_of=1)
+    assert gated.ffn_dim == int(Fraction(8 * d_model, 3))
+    assert 0 <= 2 * d_model * 4 * d_model - 3 * d_model * gated.ffn_dim < 3 * d_model
+    assert ArchConfig(**{**TINY, "d_model": d_model, "n_heads": 4}, activation="relu", ffn_multiple_of=1).ffn_dim == (
+        4 * d_model
+    )
+
+
+def test_ffn_multiple_of_must_be_positive():
+    with pytest.raises(ValueError, match="ffn_multiple_of=0 must be a positive integer"):
+        ArchConfig(**TINY, ffn_multiple_of=0)
+
+
 def test_gated_and_plain_parameter_counts_are_comparable():
     cfg = dict(vocab_size=64, d_model=192, n_layers=2, n_heads=4, max_seq_len=16)
     plain = GPT(ArchConfig(**cfg, activation="gelu")).num_parameters(non_embedding=True)

@@ -52,3 +52,21 @@ def test_the_section_fits_ranks_and_finds_the_planted_crossing(tmp_path, monkeyp
     assert 3e4 < n < 3e5
     assert {p.name for _, p in figures} == {"ladder_params.png", "ladder_flops.png"}
     assert (tmp_path / "plots" / "ladder_flops.png").exists()
+
+
+def test_ladder_metrics_repeat_the_section_for_another_metric(tmp_path, monkeypatch):
+    monkeypatch.setattr(ladder_fit, "BOOTSTRAP", 50)
+    info, ledger = write_ladder(tmp_path)
+    for (cell, seed), row in list(ledger.rows.items()):  # a second metric where swiglu leads at every size
+        shift = -0.5 if "swiglu" in cell else 0.0
+        ledger.put(row | {"val/loss@64": repr(float(row["val/loss"]) + 1.0 + shift)})
+    info |= {"ladder_metrics": ["val/loss@64", "val/loss@128"]}
+    text, figures = ladder_section(tmp_path, analyse(ledger, info), info)
+    main, extra, missing = text.split("### ")[1:]
+    assert main.startswith("`val/loss`") and extra.startswith("`val/loss@64`")
+    assert missing.startswith("`val/loss@128`") and "Not logged by any run yet" in missing
+    ranking = {line.split(" | ")[0]: line for line in extra.splitlines() if line.startswith("| d")}
+    assert all("`act=swiglu` > `act=relu`" in ranking[f"| {size}"] for size in SIZES)
+    assert {p.name for _, p in figures} == {
+        "ladder_params.png", "ladder_flops.png", "ladder_params_val_loss_64.png", "ladder_flops_val_loss_64.png"
+    }

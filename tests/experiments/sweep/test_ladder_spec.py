@@ -57,6 +57,15 @@ def test_a_bad_ladder_names_the_problem(tmp_path, ladder, message):
         load_spec(ladder_spec(tmp_path / "s.yaml", ladder=ladder))
 
 
+def test_ladder_metrics_are_kept_for_the_report_and_checked(tmp_path):
+    spec = load_spec(ladder_spec(tmp_path / "s.yaml", ladder=LADDER, ladder_metrics=["val/loss@64"]))
+    assert spec.snapshot()["ladder_metrics"] == ["val/loss@64"]
+    with pytest.raises(SpecError, match="only a spec with a `ladder:`"):
+        load_spec(ladder_spec(tmp_path / "s.yaml", ladder_metrics=["val/loss@64"]))
+    with pytest.raises(SpecError, match=r"ladder_metrics: needs a list of validation or test metrics"):
+        load_spec(ladder_spec(tmp_path / "s.yaml", ladder=LADDER, ladder_metrics=["train/loss"]))
+
+
 def test_a_ladder_sweep_trains_every_size_and_reports_the_ladder(tmp_path):
     """End to end, 2 sizes × 1 cell × 1 seed of the tiny GPT: the ledger carries each run's own size, and the
     report its Ladder section (two sizes cannot fit three parameters: said, not hidden)."""
