@@ -2,13 +2,12 @@
 
 from __future__ import annotations
 
-import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import ArchConfig
-from .learned_bias import biased_attention
 from .positional import apply_rotary
+from .relative_bias import ScoreMask, bias_attention
 
 
 class LayerCache:
@@ -75,10 +74,10 @@ class Attention(nn.Module):
         self.dropout = cfg.dropout
         self.bias_backward = cfg.bias_backward
 
-    def _blockwise_bias_grad(self, mask: Tensor | None, dropout: float) -> bool:
-        """A mask that needs a gradient (a learned bias) would send SDPA to its math kernel."""
-        needs_grad = mask is not None and mask.requires_grad and torch.is_grad_enabled()
-        return needs_grad and self.bias_backward == "blockwise" and dropout == 0.0
+    def _blockwise(self, mask: Tensor | ScoreMask | None, dropout: float) -> bool:
+        """A score bias is applied per block of queries (`models.relative_bias`) unless attention dropout,
+        whose random mask the recomputation cannot replay, or `bias_backward: math` asks for SDPA's kernels."""
+        return isinstance(mask, ScoreMask) and self.bias_backward == "blockwise" and dropout == 0.0
 
     def _heads(self, x: Tensor, n: int) -> Tensor:
         B, T, _ = x.shape
@@ -88,7 +87,7 @@ class Attention(nn.Module):
         self,
         x: Tensor,
         *,
-        mask: Tensor | None = None,
+        mask: Tensor | ScoreMask | None = None,
         is_causal: bool = False,
         rope: tuple[Tensor, Tensor] | None = None,
         memory: Tensor | None = None,
@@ -96,7 +95,8 @@ class Attention(nn.Module):
         offset: int = 0,
     ) -> Tensor:
         """x: (B, T, d). mask: additive float or boolean (True = attend), broadcast to
-        (B, H, T, S). is_causal: the rows are causal; with no mask, SDPA's own causal path (no
+        (B, H, T, S), or a `ScoreMask` (a relative bias with padding and causality, applied per block of
+        queries). is_causal: the rows are causal; with no mask, SDPA's own causal path (no
         materialised mask), with one, the mask already hides the future."""
         B, T, _ = x.shape
         kv_dim = self.n_kv_heads * self.head_dim
@@ -120,9 +120,11 @@ class Attention(nn.Module):
             group = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
         dropout = self.dropout if self.training else 0.0
-        if self._blockwise_bias_grad(mask, dropout):
-            y = biased_attention(q, k, v, mask, self.scale, causal_offset=offset if is_causal else None)
+        if self._blockwise(mask, dropout):
+            y = bias_attention(q, k, v, mask, self.scale)
         else:
+            if isinstance(mask, ScoreMask):
+                mask = mask.dense(q.dtype)
             y = F.scaled_dot_product_attention(
                 q, k, v, attn_mask=mask, dropout_p=dropout, is_causal=is_causal and mask is None, scale=self.scale
             )

@@ -13,6 +13,7 @@ from .config import ArchConfig
 from .ffn import FeedForward
 from .norms import build_norm
 from .positional import PositionalScheme, build_positional
+from .relative_bias import ScoreMask
 
 
 class Block(nn.Module):
@@ -120,10 +121,13 @@ class TransformerStack(nn.Module):
     def new_cache(self, max_len: int) -> KVCache:
         return KVCache(len(self.blocks), max_len)
 
-    def self_mask(self, T: int, offset: int, attention_mask: Tensor | None, x: Tensor) -> tuple[Tensor | None, bool]:
+    def self_mask(
+        self, T: int, offset: int, attention_mask: Tensor | None, x: Tensor
+    ) -> tuple[Tensor | ScoreMask | None, bool]:
         """The self-attention mask of one forward, as (mask, is_causal). With no bias and no padding,
-        SDPA's causal flag is used and no T×T mask is built, so the fused kernels run; otherwise the
-        mask hides the future itself and is_causal says so (a learned bias's backward skips it).
+        SDPA's causal flag is used and no T×T mask is built, so the fused kernels run. A scheme's score
+        bias stays per distance in a `ScoreMask` with the padding and causality, which attention applies
+        block by block (`models.relative_bias`); otherwise the mask hides the future itself.
 
         Args:
             T: new positions (the queries).
@@ -134,15 +138,14 @@ class TransformerStack(nn.Module):
         bias = self.pos.score_bias(T, offset + T, offset)
         pad = padding_bias(attention_mask, x.dtype)
         causal_rows = self.causal and T > 1
-        if bias is None and pad is None and (offset == 0 or not causal_rows):
+        if bias is not None:
+            return ScoreMask(bias, pad, offset if causal_rows else None), causal_rows
+        if pad is None and (offset == 0 or not causal_rows):
             return None, causal_rows
-        mask = bias.to(x.dtype)[None] if bias is not None else None
-        if pad is not None:
-            mask = pad if mask is None else mask + pad
-        if causal_rows:
-            visible = torch.ones(T, offset + T, dtype=torch.bool, device=x.device).tril(offset)
-            mask = visible if mask is None else mask.masked_fill(~visible, float("-inf"))
-        return mask, causal_rows
+        if not causal_rows:
+            return pad, causal_rows
+        visible = torch.ones(T, offset + T, dtype=torch.bool, device=x.device).tril(offset)
+        return (visible if pad is None else pad.masked_fill(~visible, float("-inf"))), causal_rows
 
     def forward(
         self,

@@ -125,10 +125,11 @@ class ArchConfig:
             the block's activations in the backward pass (Chen et al. 2016): about one more forward
             per step for less activation memory. Training only (not in evaluation or with a KV
             cache); gradients are the same as without it, dropout included (its RNG state is replayed).
-        bias_backward: how attention differentiates a learned score bias (T5): `blockwise` runs the
-            fused kernel forward and recomputes the scores per block of queries in the backward
-            (`models.learned_bias`; no (B, H, T, T) state); `math` is SDPA's math kernel, which keeps
-            it. Same gradients to float rounding; with attention dropout in training, `math` is used.
+        bias_backward: how attention applies a relative score bias (ALiBi, T5): `blockwise` keeps it
+            per distance and applies it per block of queries, forward and backward (flex_attention on
+            CUDA; `models.relative_bias`; no (B, H, T, T) tensor); `math` builds the dense mask for
+            SDPA (its math kernel when the bias needs a gradient). Same values and gradients to float
+            rounding; with attention dropout in training, `math` is used. (The name predates ALiBi's use.)
     """
 
     vocab_size: int = 256

@@ -3,7 +3,7 @@
 A stack asks its scheme three questions once per forward, and hands the answers to every layer:
   embed(x, offset)                 -> x with positions added        (sinusoidal, learned)
   rotary(length, offset)           -> (cos, sin) to rotate q and k   (rope)
-  score_bias(q_len, k_len, offset) -> (H, q_len, k_len) score bias   (alibi, t5)
+  score_bias(q_len, k_len, offset) -> a score bias per head and key − query distance (alibi, t5)
 `offset` is the number of positions already in the KV cache.
 
 Each scheme also carries its facts, so no other file tests a scheme's name: `facts` (the
@@ -22,6 +22,7 @@ import torch
 from torch import Tensor, nn
 
 from .config import POSITIONAL_FACTS, ArchConfig, PosEncoding, PositionalFacts, SinusoidalLayout
+from .relative_bias import RelativeBias
 
 
 class PositionalScheme(nn.Module):
@@ -40,7 +41,7 @@ class PositionalScheme(nn.Module):
     def rotary(self, length: int, offset: int = 0) -> tuple[Tensor, Tensor] | None:
         return None
 
-    def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> Tensor | None:
+    def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> RelativeBias | None:
         return None
 
 
@@ -176,7 +177,7 @@ def alibi_slopes(n_heads: int) -> Tensor:
 
 
 class _CachedBias(PositionalScheme):
-    """Caches the last relative-distance tensor per (q_len, k_len, offset): one bias per forward."""
+    """Caches the last per-distance tensor per (q_len, k_len, offset): one bias per forward."""
 
     def __init__(self, causal: bool):
         super().__init__()
@@ -190,10 +191,10 @@ class _CachedBias(PositionalScheme):
         return self._value
 
     @staticmethod
-    def relative_positions(q_len: int, k_len: int, offset: int, device) -> Tensor:
-        """memory_position - query_position, shape (q_len, k_len)."""
-        q = torch.arange(offset, offset + q_len, device=device)[:, None]
-        return torch.arange(k_len, device=device)[None, :] - q
+    def distances(q_len: int, k_len: int, offset: int, device) -> Tensor:
+        """Every key − query distance of q_len queries at positions offset.. over k_len keys, once, in
+        `RelativeBias` order: entry c is j − (offset + i) for any (i, j) with j − i = c − (q_len − 1)."""
+        return torch.arange(q_len + k_len - 1, device=device) - (offset + q_len - 1)
 
 
 class AlibiBias(_CachedBias):
@@ -203,13 +204,13 @@ class AlibiBias(_CachedBias):
         super().__init__(causal)
         self.register_buffer("slopes", alibi_slopes(cfg.n_heads), persistent=False)
 
-    def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> Tensor:
+    def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> RelativeBias:
         def make() -> Tensor:
             # causal: -m·(i-j) on the visible keys; bidirectional: -m·|i-j| (symmetric ALiBi)
-            distance = self.relative_positions(q_len, k_len, offset, self.slopes.device).abs().float()
-            return -self.slopes[:, None, None] * distance
+            distance = self.distances(q_len, k_len, offset, self.slopes.device).abs().float()
+            return -self.slopes[:, None] * distance
 
-        return self._cached((q_len, k_len, offset, self.slopes.device), make)
+        return RelativeBias(self._cached((q_len, k_len, offset, self.slopes.device), make), q_len, k_len)
 
 
 def t5_relative_bucket(relative_position: Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:
@@ -238,21 +239,18 @@ class T5RelativeBias(_CachedBias):
         self.num_buckets, self.max_distance = cfg.t5_num_buckets, cfg.t5_max_distance
         self.bias = nn.Embedding(cfg.t5_num_buckets, cfg.n_heads)
 
-    def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> Tensor:
+    def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> RelativeBias:
         device = self.bias.weight.device
 
         def make() -> Tensor:
-            # every distance key - query once: j - (offset + i) = d[j + q_len - 1 - i]
-            distances = torch.arange(q_len + k_len - 1, device=device) - (offset + q_len - 1)
+            distances = self.distances(q_len, k_len, offset, device)
             return t5_relative_bucket(distances, not self.causal, self.num_buckets, self.max_distance)
 
         buckets = self._cached((q_len, k_len, offset, device), make)
-        # One bias per distance, laid out as the Toeplitz (H, q_len, k_len) by sliding windows (row i
-        # is the window at q_len - 1 - i): the same values as a lookup per (i, j), but the table's
-        # gradient is summed per distance by unfold's backward, not per entry by an embedding's
-        # backward over q_len·k_len indices (10x slower at T = 1,024).
-        per_distance = self.bias(buckets).T  # (H, q_len + k_len - 1)
-        return per_distance.unfold(1, k_len, 1).flip(1)
+        # one bias per distance, not per (i, j): the table's gradient is summed per distance (an
+        # embedding's backward over q_len·k_len indices is 10x slower at T = 1,024), and attention
+        # never holds the (H, q_len, k_len) Toeplitz matrix (models/relative_bias.py)
+        return RelativeBias(self.bias(buckets).T, q_len, k_len)
 
 
 POSITIONAL: dict[PosEncoding, type[PositionalScheme]] = {

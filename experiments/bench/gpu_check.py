@@ -1,6 +1,7 @@
 """The one GPU check (`make gpu-check`), prepared so that the minutes a GPU is lent go to measuring: each
 family's `configs/<family>/gpu.yaml` model trained in bf16 (tokens/s, MFU, peak memory), the SDPA kernel each
-positional scheme reaches, T5's blockwise bias backward against SDPA's math kernel at long context, the KV
+positional scheme reaches, ALiBi's and T5's bias per distance (flex_attention) against a dense mask at long
+context (time, memory, gradient parity), the KV
 cache's generation speed-up, and a short GPT ladder (3 sizes × 2 schemes) through the sweep engine.
 
     python -m experiments.bench.gpu_check                 # on a GPU: under 8 minutes, writes results/gpu/
@@ -31,6 +32,7 @@ import yaml
 from torch import Tensor, nn
 
 from models import GPT, ArchConfig, BertMLM, EncoderDecoder, ViT
+from models.relative_bias import ScoreMask
 
 from .common import POSITIONAL_SCHEMES, TrainStep
 from .timing import interleaved, machine_info, matmul_peak_flops
@@ -56,7 +58,7 @@ class Check:
     dry: bool
     reps: int
     dtype: torch.dtype = torch.bfloat16
-    t5_lengths: tuple[int, ...] = (1024, 4096)
+    bias_lengths: tuple[int, ...] = (1024, 4096)
     gen_tokens: int = 256
     ladder_steps: int = 300
 
@@ -73,7 +75,7 @@ class Check:
 
 
 FULL = Check(device="cuda", dry=False, reps=5)
-DRY = Check(device="cpu", dry=True, reps=1, t5_lengths=(32, 64), gen_tokens=4, ladder_steps=2)
+DRY = Check(device="cpu", dry=True, reps=1, bias_lengths=(32, 64), gen_tokens=4, ladder_steps=2)
 TINY = {"d_model": 32, "n_layers": 1, "n_heads": 2}  # a dry run's model, every family
 
 
@@ -180,37 +182,56 @@ def sdpa_kernels(check: Check) -> dict[str, Any]:
         with profile(activities=[ProfilerActivity.CPU]) as prof, torch.autocast(check.device, check.dtype):
             model(ids).float().sum().backward()
         ops = {SDPA_OPS[e.name] for e in prof.events() if e.name in SDPA_OPS}
-        ops |= {"blockwise bias (suite)"} if scheme == "t5" and model.cfg.bias_backward == "blockwise" else set()
         mask, _ = model.stack.self_mask(seq, 0, None, torch.zeros(1, seq, model.cfg.d_model, device=check.device))
-        out[scheme] = {"kernels": sorted(ops), "mask": None if mask is None else list(mask.shape)}
+        if isinstance(mask, ScoreMask):  # the suite's own path: no T×T mask reaches a kernel
+            ops |= {"flex_attention (bias per distance)" if check.device == "cuda" else "blockwise bias (suite)"}
+            shown = f"none: a {list(mask.bias.per_distance.shape)} bias per distance"
+        else:
+            shown = None if mask is None else list(mask.shape)
+        out[scheme] = {"kernels": sorted(ops), "mask": shown}
     return out
 
 
-def t5_bias(check: Check) -> dict[str, Any]:
-    """T5's learned bias at long context: the suite's blockwise backward against SDPA's math kernel (which
-    materialises the scores), forward + backward of the GPT, time and peak memory per length."""
+def score_bias(check: Check) -> dict[str, Any]:
+    """ALiBi's and T5's bias at long context: the suite's blockwise path (flex_attention on CUDA, the bias per
+    distance, no T×T tensor) against the dense mask handed to SDPA, forward + backward of the GPT with the same
+    weights: time, peak memory, and the largest gradient difference between the two (the CUDA backward of the
+    flex path is tested nowhere else)."""
     arch, _, _ = gpu_arch("gpt", check.dry)
-    out = {}
-    for seq in check.t5_lengths:
-        row = {}
-        for path in ("blockwise", "math"):
-            model = GPT(gpt_config(arch, seq, pos_encoding="t5", dropout=0.0, bias_backward=path)).to(check.device)
-            ids = torch.randint(0, 64, (1, seq), device=check.device)
+    out: dict[str, Any] = {}
+    for scheme in ("alibi", "t5"):
+        for seq in check.bias_lengths:
+            row: dict[str, Any] = {}
+            grads: dict[str, dict[str, Tensor]] = {}
+            weights = None
+            for path in ("blockwise", "math"):
+                cfg = gpt_config(arch, seq, pos_encoding=scheme, dropout=0.0, bias_backward=path)
+                model = GPT(cfg).to(check.device)
+                weights = weights or {k: v.clone() for k, v in model.state_dict().items()}
+                model.load_state_dict(weights)
+                ids = torch.randint(0, 64, (1, seq), device=check.device, generator=torch.Generator().manual_seed(0)
+                                    if check.device == "cpu" else None)  # fmt: skip
 
-            def fwd_bwd(model=model, ids=ids) -> None:
-                with torch.autocast(check.device, check.dtype):
-                    model(ids).float().sum().backward()
-                check.sync()
+                def fwd_bwd(model=model, ids=ids) -> None:
+                    model.zero_grad(set_to_none=True)
+                    with torch.autocast(check.device, check.dtype):
+                        model(ids).float().logsumexp(-1).mean().backward()
+                    check.sync()
 
-            check.reset_peak()
-            try:
-                timing = interleaved({path: fwd_bwd}, check.reps, warmup=1)[path]
-                row[path] = {"s": timing.median, "peak_gib": check.peak_gib()}
-            except torch.OutOfMemoryError as err:  # the math path's T×T scores may not fit: that is the finding
-                row[path] = {"error": f"out of memory: {str(err).splitlines()[0]}"}
-            del model
-        out[str(seq)] = row
+                check.reset_peak()
+                try:
+                    timing = interleaved({path: fwd_bwd}, check.reps, warmup=1)[path]
+                    row[path] = {"s": timing.median, "peak_gib": check.peak_gib()}
+                    grads[path] = {n: p.grad.float().clone() for n, p in model.named_parameters() if p.grad is not None}
+                except torch.OutOfMemoryError as err:  # the dense mask may not fit: that is the finding
+                    row[path] = {"error": f"out of memory: {str(err).splitlines()[0]}"}
+                del model
+            if len(grads) == 2:
+                diffs = [(grads["blockwise"][n] - g).abs().max().item() for n, g in grads["math"].items()]
+                row["max_grad_diff"] = max(diffs)
+            out[f"{scheme} T={seq}"] = row
     return out
+
 
 
 def kv_cache(check: Check) -> dict[str, Any]:
@@ -266,7 +287,7 @@ def ladder(check: Check, out_dir: Path) -> dict[str, Any]:
 PARTS: dict[str, Callable[..., dict[str, Any]]] = {
     "throughput": throughput,
     "sdpa": sdpa_kernels,
-    "t5_bias": t5_bias,
+    "score_bias": score_bias,
     "kv_cache": kv_cache,
     "ladder": ladder,
 }
@@ -315,11 +336,13 @@ def markdown(check: Check, outcomes: list[Outcome]) -> str:
             lines += ["| scheme | SDPA implementation(s) | mask handed to SDPA |", "|---|---|---|"]
             lines += [f"| {s} | {', '.join(r['kernels']) or '—'} | {r['mask'] or 'none (is_causal)'} |"
                       for s, r in o.result.items()]  # fmt: skip
-        elif o.name == "t5_bias":
-            lines += ["| T | blockwise: ms, peak GiB | math: ms, peak GiB |", "|---:|---|---|"]
-            for seq, row in o.result.items():
-                cells = [r.get("error") or f"{r['s'] * 1e3:.1f}, {r['peak_gib']:.2f}" for r in row.values()]
-                lines.append(f"| {seq} | " + " | ".join(cells) + " |")
+        elif o.name == "score_bias":
+            lines += ["| scheme, T | blockwise: ms, peak GiB | dense mask: ms, peak GiB | max gradient difference |",
+                      "|---|---|---|---:|"]  # fmt: skip
+            for name, row in o.result.items():
+                cells = [row[p].get("error") or f"{row[p]['s'] * 1e3:.1f}, {row[p]['peak_gib']:.2f}"
+                         for p in ("blockwise", "math")]  # fmt: skip
+                lines.append(f"| {name} | " + " | ".join(cells) + f" | {row.get('max_grad_diff', float('nan')):.2e} |")
         elif o.name == "kv_cache":
             lines += ["| scheme | cached, s | uncached, s | speed-up | same tokens |", "|---|---:|---:|---:|---|"]
             lines += [f"| {s} | {r['cached_s']:.3f} | {r['uncached_s']:.3f} | {r['speedup']:.1f}× | "

@@ -10,6 +10,7 @@ import torch
 from torch import nn
 
 from models import GPT
+from models.relative_bias import ScoreMask
 
 from .common import POSITIONAL_SCHEMES, Context, TrainStep, profile_step, token_batch
 from .mfu import SUITE, TrainingFlops, mfu_table
@@ -50,6 +51,8 @@ def sdpa_mask_of(model: GPT, T: int) -> str:
     SDPA's own causal path (no T×T tensor is built)."""
     x = torch.zeros(1, T, model.cfg.d_model)
     mask, is_causal = model.stack.self_mask(T, 0, None, x)
+    if isinstance(mask, ScoreMask):
+        return f"per block of queries, from a {tuple(mask.bias.per_distance.shape)} bias per distance"
     return f"None (is_causal={is_causal})" if mask is None else f"{tuple(mask.shape)} {str(mask.dtype)[6:]}"
 
 

@@ -38,7 +38,7 @@ def test_scheme_acts_only_where_it_should(pos):
     bias = scheme.score_bias(5, 5)
     assert (bias is not None) == (pos in ("alibi", "t5"))
     if bias is not None:
-        assert bias.shape == (4, 5, 5)
+        assert bias.per_distance.shape == (4, 9) and bias.dense().shape == (4, 5, 5)
 
 
 # --- the facts each scheme carries ---------------------------------------------------------------
@@ -153,7 +153,7 @@ def test_alibi_slopes_match_paper(n_heads):
 @pytest.mark.parametrize("causal", [True, False])
 def test_alibi_bias(causal):
     cfg = ArchConfig(**TINY, pos_encoding="alibi")
-    bias = AlibiBias(cfg, causal).score_bias(3, 7, offset=4)  # queries at positions 4, 5, 6
+    bias = AlibiBias(cfg, causal).score_bias(3, 7, offset=4).dense()  # queries at positions 4, 5, 6
     slopes = torch.tensor([2.0**-2, 2.0**-4, 2.0**-6, 2.0**-8])  # 4 heads: start 2^(-8/4)
     for h in range(4):
         for i in range(3):
@@ -236,7 +236,7 @@ def test_t5_buckets():
 def test_t5_bias_is_a_learned_table_lookup(causal):
     cfg = ArchConfig(**TINY, pos_encoding="t5")
     t5 = T5RelativeBias(cfg, causal=causal)
-    bias = t5.score_bias(4, 6, offset=2)
+    bias = t5.score_bias(4, 6, offset=2).dense()
     rel = torch.arange(6)[None, :] - torch.arange(2, 6)[:, None]
     buckets = t5_relative_bucket(rel, not causal, 32, 128)
     torch.testing.assert_close(bias, t5.bias.weight[buckets].permute(2, 0, 1))

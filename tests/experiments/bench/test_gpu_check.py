@@ -24,9 +24,13 @@ def test_every_part_runs_dry_and_is_written(dry_run):
     parts = {name: p["result"] for name, p in raw["parts"].items()}
     assert set(parts["throughput"]["families"]) == set(gpu_check.FAMILIES)
     assert all(f["tokens_per_s"] > 0 for f in parts["throughput"]["families"].values())
-    assert parts["sdpa"]["rope"]["mask"] is None and parts["sdpa"]["alibi"]["mask"] is not None  # ALiBi: a bias
-    assert "blockwise bias (suite)" in parts["sdpa"]["t5"]["kernels"]
-    assert all(row["blockwise"]["s"] > 0 and row["math"]["s"] > 0 for row in parts["t5_bias"].values())
+    assert parts["sdpa"]["rope"]["mask"] is None
+    assert all(parts["sdpa"][s]["mask"].startswith("none: a") for s in ("alibi", "t5"))  # no T×T mask
+    assert all("blockwise bias (suite)" in parts["sdpa"][s]["kernels"] for s in ("alibi", "t5"))
+    bias = parts["score_bias"]
+    assert {name.split()[0] for name in bias} == {"alibi", "t5"}
+    assert all(row["blockwise"]["s"] > 0 and row["math"]["s"] > 0 for row in bias.values())
+    assert all(row["max_grad_diff"] < 1e-2 for row in bias.values())  # bf16 autocast: the two paths agree
     assert all(r["same_tokens"] for r in parts["kv_cache"].values())  # the cache changes speed, not tokens
     assert "## Ladder" in parts["ladder"]["ladder"] and "pos_encoding=rope" in parts["ladder"]["ladder"]
     text = (out / "gpu_check-dry.md").read_text()
