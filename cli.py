@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib
 import sys
+import warnings
 
 import torch
 
@@ -22,6 +23,10 @@ import torch
 # `none`'s; flushed to zero, no value above 1e-38 changes. Set before anything starts torch's thread pool,
 # whose threads inherit it (tests/test_cli_entry.py); GPUs are unaffected.
 torch.set_flush_denormal(True)
+
+# Library deprecations that are not the user's business, each printed once per process in every run:
+# Lightning 2.6's pytree helper still calls torch's deprecated `isinstance(treespec, LeafSpec)`.
+warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
 
 from lit_modules.cli import cli_main  # noqa: E402  (after the flush: importing Lightning starts the pool)
 

@@ -12,6 +12,7 @@ from functools import cached_property
 from typing import Literal, get_args
 
 import torch
+from jsonargparse.typing import PositiveInt
 from torch import Tensor
 from torch.utils.data import DataLoader
 
@@ -118,7 +119,7 @@ class AlgorithmicDataModule(SuiteDataModule):
         num_train: int = 20000,
         num_val_per_length: int = 50,
         num_symbols: int = 10,
-        batch_size: int = 64,
+        batch_size: PositiveInt = 64,
         **kwargs,
     ) -> None:
         super().__init__(batch_size=batch_size, **kwargs)

@@ -6,6 +6,7 @@ from typing import Any, Literal, get_args
 
 import lightning.pytorch as pl
 import torch
+from jsonargparse.typing import NonNegativeInt, PositiveInt
 from torch.utils.data import DataLoader, Dataset, Sampler
 
 from contract.errors import ConfigError
@@ -13,7 +14,7 @@ from datamodules.download import DEFAULT_CACHE_DIR
 from datamodules.sampling import EpochSampler, RankSlices, RoundRobinBatches, resumable_batches
 
 # Lightning cannot see that RoundRobinBatches returns every index once (see `_eval_loader`) and warns so at
-# every `predict`
+# every `predict` on several processes (one process uses a plain loader, which it does not warn about)
 warnings.filterwarnings("ignore", message=".*custom batch sampler `RoundRobinBatches` for prediction.*")
 
 # What `cli.py test` evaluates: `val`, what runs measured before held-out splits existed (so they keep meaning
@@ -49,9 +50,9 @@ class SuiteDataModule(pl.LightningDataModule):
 
     def __init__(
         self,
-        batch_size: int,
+        batch_size: PositiveInt,
         seed: int = 0,
-        num_workers: int = 0,
+        num_workers: NonNegativeInt = 0,
         data_dir: str | None = None,
         cache_dir: str = DEFAULT_CACHE_DIR,
     ) -> None:
@@ -89,6 +90,10 @@ class SuiteDataModule(pl.LightningDataModule):
 
     def _eval_loader(self, dataset: Dataset | Sequence, **kwargs) -> DataLoader:
         """Evaluation batches of ``batch_size`` in order, shared out so every example is evaluated once."""
+        if self.ranks[1] == 1:
+            # one process: the same batches as RoundRobinBatches, from a plain loader, which Lightning's predict
+            # loop can wrap to track indices without warning that a custom batch sampler might drop some
+            return self._loader(dataset, batch_size=self.batch_size, shuffle=False, **kwargs)
         batches = RoundRobinBatches(len(dataset), self.batch_size, *self.ranks)  # type: ignore[arg-type]
         return self._loader(dataset, batch_sampler=batches, **kwargs)
 

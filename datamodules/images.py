@@ -8,6 +8,7 @@ from functools import cached_property
 
 import numpy as np
 import torch
+from jsonargparse.typing import PositiveInt
 from sklearn.model_selection import train_test_split
 from torch import Tensor
 from torch.utils.data import DataLoader, Subset
@@ -69,7 +70,7 @@ class ImageDataModule(SuiteDataModule):
     def __init__(
         self,
         dataset: ImageDatasetName = "digits",
-        batch_size: int = 64,
+        batch_size: PositiveInt = 64,
         augment: bool = True,
         val_fraction: float = 0.15,
         predict_file: str | None = None,

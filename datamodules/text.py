@@ -10,6 +10,7 @@ from itertools import chain
 from typing import Literal, get_args
 
 import torch
+from jsonargparse.typing import PositiveInt
 from torch import Tensor
 from torch.utils.data import BatchSampler, DataLoader, Dataset
 
@@ -199,11 +200,11 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
         corpus: CorpusName = "default",
         tokenizer: TextTokenizerName = "char",
         bpe_vocab_size: int = 1024,
-        seq_len: int = 128,
+        seq_len: PositiveInt = 128,
         eval_lengths: list[int] | None = None,
-        val_tokens: int = 65536,
-        batch_size: int = 32,
-        train_batches_per_epoch: int = 1000,
+        val_tokens: PositiveInt = 65536,
+        batch_size: PositiveInt = 32,
+        train_batches_per_epoch: PositiveInt = 1000,
         predict_file: str | None = None,
         tokenizer_file: str | None = None,
         test_split: TestSplit = "val",

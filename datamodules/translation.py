@@ -9,6 +9,7 @@ from pathlib import Path
 from typing import Literal, get_args
 
 import torch
+from jsonargparse.typing import PositiveInt
 from torch import Tensor
 from torch.utils.data import DataLoader
 
@@ -182,7 +183,7 @@ class TranslationDataModule(TokenizerFields, SuiteDataModule):
         tokenizer: TranslationTokenizerName | None = None,
         bpe_vocab_size: int = 8000,
         max_len: int = 64,
-        batch_size: int = 64,
+        batch_size: PositiveInt = 64,
         predict_file: str | None = None,
         tokenizer_file: str | None = None,
         test_split: TestSplit = "val",

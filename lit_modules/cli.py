@@ -10,15 +10,18 @@ or corrupt data file) ends the command with two lines on stderr, a usage hint an
 
 from __future__ import annotations
 
+import logging
 import os
 import sys
 from argparse import ArgumentError
+from pathlib import Path
 from typing import Any
 
 import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from contract.run_folder import SWEEP_DIR_VAR
 from lit_modules.callbacks import DivergenceGuard, RunMetadata
 from lit_modules.errors import (
     INSTANTIATION_ERRORS,
@@ -30,6 +33,7 @@ from lit_modules.errors import (
 )
 from lit_modules.progress import LineProgress, wants_lines
 from models.config import ConfigError
+from models.finetune import check_checkpoint_file
 
 # Values a DataModule decides and a model needs; each is read if the DataModule has it.
 DATA_INFO_KEYS = (
@@ -46,12 +50,19 @@ DATA_INFO_KEYS = (
     "in_channels",
     "train_max_len",
 )
+# `ckpt_path` values Lightning resolves itself rather than reading a file of that name
+CHECKPOINT_ALIASES = ("last", "best", "hpc", "registry")
+# where Lightning's info lines come from (rank_zero_info): seed, devices, tips, why fit stopped
+LIGHTNING_LOGGERS = ("lightning.pytorch", "lightning.fabric")
 DEBUG_VAR = "SUITE_DEBUG"  # set (to anything): a configuration error raises with its traceback
 SUBCOMMANDS = ("fit", "validate", "test", "predict")
 
 
 def describe_data(datamodule: pl.LightningDataModule) -> dict[str, Any]:
-    return {key: getattr(datamodule, key) for key in DATA_INFO_KEYS if hasattr(datamodule, key)}
+    # plain ints: a value the parser checked (jsonargparse.typing.PositiveInt) is an int subclass, which a
+    # checkpoint's hyperparameters would pickle as a class that torch.load(weights_only=True) refuses
+    info = {key: getattr(datamodule, key) for key in DATA_INFO_KEYS if hasattr(datamodule, key)}
+    return {k: int(v) if isinstance(v, int) and type(v) not in (int, bool) else v for k, v in info.items()}
 
 
 class SuiteArgumentParser(LightningArgumentParser):
@@ -94,6 +105,16 @@ class SuiteCLI(LightningCLI):
     # private (PRIVATE_OVERRIDES): known to work with Lightning 2.6.0-2.6.6; added in 2.5.5, but before 2.6.0
     # it failed on a subclass-mode model's hyperparameters, which every suite checkpoint has
     def _parse_ckpt_path(self) -> None:
+        # the files the run will read, before Lightning reads the checkpoint here and anything is built
+        config = self.config.get(self.config.get("subcommand") or "", self.config)
+        ckpt_path = config.get("ckpt_path")
+        if ckpt_path and ckpt_path not in CHECKPOINT_ALIASES:
+            check_checkpoint_file(ckpt_path, "ckpt_path")
+        # only training reads init_from (evaluating a run reads its own checkpoint; the start may be gone);
+        # a folder is a reference model's, which read_weights checks
+        init_from = (config.get("model") or {}).get("init_args", {}).get("init_from")
+        if self.config.get("subcommand") == "fit" and init_from and not Path(init_from).is_dir():
+            check_checkpoint_file(init_from, "model.init_from")
         # Lightning re-parses a checkpoint's hyperparameters here, expecting a parser that exits
         try:
             super()._parse_ckpt_path()
@@ -142,6 +163,8 @@ class SuiteCLI(LightningCLI):
 
     # private (PRIVATE_OVERRIDES): known to work with Lightning 2.6.0-2.6.6 (the same signature since 2.5.0)
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list) -> pl.Trainer:
+        if in_sweep() and config.get("enable_model_summary") is None:  # a sweep's runs: on only when asked
+            config = {**config, "enable_model_summary": False}
         # Lightning draws a live bar unless a ProgressBar is among the callbacks; in a log file its
         # redraws are thousands of partial lines, so there LineProgress takes its place. Chosen here,
         # not in the config: a saved config.yaml re-runs the same in a terminal and in a log.
@@ -168,13 +191,25 @@ def usage_hint(words: list[str]) -> str:
     return f"usage: {command} [-c CONFIG.yaml ...] [--KEY VALUE ...]  ({keys})"
 
 
+def in_sweep() -> bool:
+    """Whether this run is one of a sweep's (the sweep engine sets its folder in the environment)."""
+    return bool(os.environ.get(SWEEP_DIR_VAR))
+
+
 def cli_main(args: list[str] | None = None, run: bool = True, cli_class: type[SuiteCLI] = SuiteCLI) -> SuiteCLI:
     """Builds the suite's CLI; `cli_class` lets a tool reuse these settings (the sweep's parse-only check).
+
+    A sweep's run is quiet: its progress lines and errors, without Lightning's notes (seed, devices, tips,
+    why training stopped: run.json records them) or the model summary (`trainer.enable_model_summary: true`
+    brings it back), so that a sweep's output, `make demo`'s among them, is what a user reads.
 
     Raises:
         SystemExit: 2, after a usage hint and `error: <key>: <message>` on stderr, for a `ConfigError`
             (unless `SUITE_DEBUG` is set: then the error itself, with its traceback).
     """
+    if in_sweep():
+        for name in LIGHTNING_LOGGERS:
+            logging.getLogger(name).setLevel(logging.WARNING)
     try:
         return cli_class(
             pl.LightningModule,

@@ -74,6 +74,9 @@ def _readable(message: str) -> str:
     literal = re.fullmatch(r"Expected a typing\.Literal\[(.*)\]\. Got value: (.*)", message, re.S)
     if literal:
         return f"{literal.group(2)!r} is not valid; choose one of {literal.group(1)}"
+    restricted = re.fullmatch(r"(.*) does not conform to restriction v(>=?)0", message, re.S)  # jsonargparse.typing
+    if restricted:
+        return f"{restricted.group(1)} must be {'a positive integer' if restricted.group(2) == '>' else '0 or more'}"
     message = re.sub(r"<class '([\w.]+)'>", r"\1", message)
     expected = re.fullmatch(r"Expected an? (.*)\. Got value: (.*)", message, re.S)
     return f"expected {expected.group(1)}, got {expected.group(2)!r}" if expected else message

@@ -10,6 +10,7 @@ or class count), which keep their fresh initialisation and always train.
 from __future__ import annotations
 
 import json
+import zipfile
 from pathlib import Path
 from typing import Literal, get_args
 
@@ -70,6 +71,33 @@ def _reference_state(folder: Path) -> dict[str, Tensor]:
     return from_reference(reference).state_dict()
 
 
+CHECKPOINT_EXPECTED = "a checkpoint: a run's RUN/checkpoints/*.ckpt, or a .pt that torch.save wrote"
+
+
+def check_checkpoint_file(path: str | Path, key: str) -> Path:
+    """A checkpoint file a command will read, checked before anything is built: it exists, is a file, can be
+    read, and is a zip archive, the format torch.save writes (a truncated or foreign file is not one).
+
+    Raises:
+        ConfigError: one line, `<key>: <file> <what is wrong>; give <what is expected>`.
+    """
+    path = Path(path)
+    if not path.exists():
+        raise ConfigError(f"{key}: {path} does not exist; give {CHECKPOINT_EXPECTED}")
+    if path.is_dir():
+        raise ConfigError(f"{key}: {path} is a folder; give {CHECKPOINT_EXPECTED}")
+    try:
+        is_zip = zipfile.is_zipfile(path)
+    except OSError as err:
+        raise ConfigError(f"{key}: {path} cannot be read ({err.strerror}); check its permissions") from None
+    if not is_zip:
+        raise ConfigError(
+            f"{key}: {path} is not a checkpoint (torch.save writes a zip archive; this file is not one: truncated, "
+            f"or another format); give {CHECKPOINT_EXPECTED}"
+        )
+    return path
+
+
 def read_weights(path: str | Path) -> dict[str, Tensor]:
     """The model weights in `path`: a Lightning checkpoint, a state dict (`{"state_dict": ...}` or bare),
     or a reference model's folder. Files load with `weights_only=True` (no code runs from them)."""
@@ -78,9 +106,9 @@ def read_weights(path: str | Path) -> dict[str, Tensor]:
         if not (path / "config.json").exists():
             raise ConfigError(f"model.init_from: {path} is a folder without config.json (a reference model's)")
         return _reference_state(path)
-    if not path.is_file():
+    if not path.exists():
         raise ConfigError(f"model.init_from: {path} does not exist; give a .ckpt, a .pt state dict or a model folder")
-    data = torch.load(path, map_location="cpu", weights_only=True)
+    data = torch.load(check_checkpoint_file(path, "model.init_from"), map_location="cpu", weights_only=True)
     state = data.get("state_dict", data) if isinstance(data, dict) else None
     if not isinstance(state, dict):
         raise ConfigError(f"model.init_from: {path} holds no state dict")

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 from pathlib import Path
+
+from contract.run_folder import PROGRESS_LINES, PROGRESS_VAR, SWEEP_DIR_VAR
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -23,3 +26,27 @@ def test_denormals_are_flushed_on_every_thread_of_the_pool():
     out = subprocess.run([sys.executable, "-c", CHECK], cwd=ROOT, capture_output=True, text=True, check=True)
     nonzero, threads = map(int, out.stdout.split())
     assert threads == 2 and nonzero == 0
+
+
+TINY_RUN = [
+    "-c", "configs/gpt/base.yaml", "-c", "configs/gpt/tiny.yaml", "--model.arch.d_model=32", "--model.arch.n_layers=1",
+    "--data.seq_len=16", "--data.batch_size=8", "--data.val_tokens=256", "--trainer.max_steps=4",
+    "--trainer.val_check_interval=2", "--model.sample_tokens=0",
+]  # fmt: skip
+
+
+def _fit(tmp_path: Path, *extra: str) -> str:
+    env = {**os.environ, SWEEP_DIR_VAR: str(tmp_path), PROGRESS_VAR: PROGRESS_LINES}
+    argv = [sys.executable, "cli.py", "fit", *TINY_RUN, f"--trainer.default_root_dir={tmp_path}", *extra]
+    out = subprocess.run(argv, cwd=ROOT, capture_output=True, text=True, env=env, check=True)
+    return out.stdout + out.stderr
+
+
+def test_a_sweeps_run_prints_its_progress_and_nothing_a_user_scrolls_past(tmp_path):
+    """No Lightning notes (seed, devices, tips, why fit stopped), no model summary, no library deprecation;
+    the model summary comes back when the run asks for it."""
+    text = _fit(tmp_path)
+    assert "step 4/4" in text and "done: step 4/4" in text
+    for noise in ("Seed set", "GPU available", "Tip:", "Trainable params", "LeafSpec", "`Trainer.fit` stopped"):
+        assert noise not in text, noise
+    assert "Trainable params" in _fit(tmp_path, "--trainer.enable_model_summary=true")

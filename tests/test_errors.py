@@ -76,6 +76,49 @@ def test_bad_input_says_what_to_do_in_two_lines(argv, expected, capsys):
     assert expected in error_lines(argv, capsys)[1]
 
 
+@pytest.mark.parametrize(
+    "value, expected",
+    [("0", "error: data.batch_size: 0 must be a positive integer"),
+     ("-2", "error: data.batch_size: -2 must be a positive integer")],
+)  # fmt: skip
+def test_a_value_constraint_is_checked_where_the_config_is_parsed(value, expected, capsys, monkeypatch):
+    """Refused by the parser, before any DataModule or model is built (no model summary printed first)."""
+    import lit_modules.cli
+
+    monkeypatch.setattr(lit_modules.cli.SuiteCLI, "instantiate_classes", lambda self: pytest.fail("built"))
+    assert error_lines(["fit", *GPT, "--data.batch_size", value], capsys)[1] == expected
+    assert error_lines(["fit", *GPT, "--data.num_workers", "-1"], capsys)[1] == (
+        "error: data.num_workers: -1 must be 0 or more"
+    )
+
+
+def _not_a_checkpoint(tmp_path: Path) -> Path:
+    (tmp_path / "notes.ckpt").write_text("notes, not a checkpoint")
+    return tmp_path / "notes.ckpt"
+
+
+@pytest.mark.parametrize(
+    "subcommand, key",
+    [("validate", "--ckpt_path"), ("test", "--ckpt_path"), ("fit", "--ckpt_path"), ("fit", "--model.init_from")],
+)
+def test_a_checkpoint_that_is_missing_a_folder_or_not_a_checkpoint_is_one_line(
+    subcommand, key, tmp_path, capsys, monkeypatch
+):
+    import lit_modules.cli
+
+    monkeypatch.setattr(lit_modules.cli.SuiteCLI, "instantiate_classes", lambda self: pytest.fail("built"))
+    name = key.lstrip("-")
+    missing = error_lines([subcommand, *GPT, key, str(tmp_path / "nope.ckpt")], capsys)[1]
+    assert missing == f"error: {name}: {tmp_path / 'nope.ckpt'} does not exist; give a checkpoint: a run's " + (
+        "RUN/checkpoints/*.ckpt, or a .pt that torch.save wrote"
+    )
+    if key == "--ckpt_path":  # init_from takes a reference model's folder (read_weights checks its config.json)
+        folder = error_lines([subcommand, *GPT, key, str(tmp_path)], capsys)[1]
+        assert folder.startswith(f"error: {name}: {tmp_path} is a folder; give a checkpoint")
+    corrupt = error_lines([subcommand, *GPT, key, str(_not_a_checkpoint(tmp_path))], capsys)[1]
+    assert corrupt.startswith(f"error: {name}: {tmp_path / 'notes.ckpt'} is not a checkpoint (torch.save writes a zip")
+
+
 def test_abbreviated_key_in_a_config_file(tmp_path, capsys):
     (tmp_path / "typo.yaml").write_text("model:\n  init_args:\n    optim:\n      l: 0.1\n")
     line = error_lines(["fit", *GPT, "-c", str(tmp_path / "typo.yaml")], capsys)[1]

@@ -33,6 +33,7 @@ import torch
 
 from contract.errors import ConfigError
 from lit_modules.export import build_run, export_merged, load_weights, reference_model, write_reference
+from models.finetune import check_checkpoint_file
 
 SUITE_MODEL_FILE = "model.pt"
 
@@ -53,10 +54,14 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
 
 def main(argv: list[str]) -> int:
     args = parse_args(argv)
-    for path in (args.config, args.ckpt_path):
-        if not path.is_file():
-            print(f"error: {path} not found", flush=True)
-            return 2
+    if not args.config.is_file():
+        print(f"error: --config: {args.config} not found; give the run's config.yaml (RUN/config.yaml)", flush=True)
+        return 2
+    try:
+        check_checkpoint_file(args.ckpt_path, "--ckpt_path")
+    except ConfigError as error:
+        print(f"error: {error}", flush=True)
+        return 2
     try:  # tensors and plain containers only: a checkpoint runs no code here
         checkpoint = torch.load(args.ckpt_path, map_location="cpu", weights_only=True)
     except (pickle.UnpicklingError, RuntimeError, EOFError) as error:
