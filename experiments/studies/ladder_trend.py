@@ -1,0 +1,62 @@
+"""How a paired difference between cells moves along a model ladder: its least-squares slope against
+ln(non-embedding parameters), with a 95% interval from a bootstrap over seeds within each size. The ladder
+studies' verdict scripts state their rules with it (`ffn_norm/ladder_verdict.py`,
+`extrapolation/ladder_verdict.py`); the fitted power laws of the report are shown beside, not used by them."""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+
+import numpy as np
+
+from experiments.analysis.comparison import CellResult, analyse
+from experiments.records.layout import LEDGER_NAME, SWEEP_INFO
+from experiments.records.ledger import Ledger
+
+BOOTSTRAP = 4000
+SEED = 0  # the bootstrap's own: the interval is a function of the ledger
+
+
+@dataclass(frozen=True)
+class Trend:
+    slope: float  # change of the difference per e-fold of parameters
+    low: float
+    high: float
+
+
+def trend(differences: Mapping[float, list[float]]) -> Trend:
+    """`differences`: size's parameter count -> the difference at that size, one value per seed."""
+    sizes = sorted(differences)
+    if len(sizes) < 2 or any(not differences[n] for n in sizes):
+        return Trend(math.nan, math.nan, math.nan)
+    x = np.log(np.array(sizes, dtype=float))
+
+    def slope(means: np.ndarray) -> float:
+        return float(np.polyfit(x, means, 1)[0])
+
+    point = slope(np.array([np.mean(differences[n]) for n in sizes]))
+    rng = np.random.default_rng(SEED)
+    draws = np.empty(BOOTSTRAP)
+    for b in range(BOOTSTRAP):
+        draws[b] = slope(np.array([np.mean(rng.choice(differences[n], len(differences[n]))) for n in sizes]))
+    low, high = np.percentile(draws, [2.5, 97.5])
+    return Trend(point, float(low), float(high))
+
+
+def per_seed(a: Mapping[int, float], b: Mapping[int, float]) -> list[float]:
+    """a − b seed by seed, over the seeds both have."""
+    return [a[s] - b[s] for s in sorted(set(a) & set(b))]
+
+
+def ladder_cells(sweep_dir: Path, metric: str) -> tuple[list[str], dict[tuple[str, str], CellResult], int]:
+    """A ladder sweep's size names, its (cell, size) -> final runs with `metric`, and how many (cell, size)
+    have no finished run with it yet."""
+    info = json.loads((sweep_dir / SWEEP_INFO).read_text())
+    cells = {c.name: c for c in analyse(Ledger(sweep_dir / LEDGER_NAME), info).cells}
+    found = {tuple(where): cells.get(name) for name, where in info["ladder"]["cells"].items()}
+    done = {key: result for key, result in found.items() if result is not None and result.values(metric)}
+    return [s["name"] for s in info["ladder"]["sizes"]], done, len(found) - len(done)

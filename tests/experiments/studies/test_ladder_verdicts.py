@@ -1,0 +1,98 @@
+"""The two ladder studies' verdicts follow their specs' rules, on synthetic ladder ledgers (no training)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from experiments.records.ledger import Ledger
+from experiments.studies import ladder_trend
+from experiments.studies.extrapolation import ladder_verdict as extrapolation
+from experiments.studies.ffn_norm import ladder_verdict as ffn
+from experiments.studies.ladder_trend import trend
+
+SIZES = {"d64": 1e5, "d96": 3.3e5, "d128": 7.9e5, "d160": 1.5e6}
+NOISE = (-0.004, 0.001, 0.003)  # per seed, shared by every cell: the pairing removes it
+
+
+def write_ladder(out, values):
+    """values: (cell, size) -> {metric: value}; three seeds each, the same per-seed noise everywhere."""
+    names = {f"{cell},size={size}": [cell, size] for cell, size in values}
+    info = {"cells": [{"name": n, "overrides": {}} for n in names], "axes": [],
+            "ladder": {"sizes": [{"name": s, "overrides": {}} for s in SIZES], "cells": names}}  # fmt: skip
+    (out / "sweep.json").write_text(json.dumps(info))
+    ledger = Ledger(out / "results.csv")
+    for name, (cell, size) in names.items():
+        for seed, noise in enumerate(NOISE):
+            metrics = {m: repr(v + noise * (1 + 0.3 * seed * ("alibi" in cell or "glu" in cell)))
+                       for m, v in values[(cell, size)].items()}  # fmt: skip
+            ledger.put({"cell": name, "seed": str(seed), "status": "done",
+                        "params_non_embedding": repr(SIZES[size])} | metrics)  # fmt: skip
+    return out
+
+
+def ffn_values(lead):
+    """test/loss of the four activations per size; the gated ones `lead(N)` below the plain ones."""
+    out = {}
+    for size, n in SIZES.items():
+        plain = 2.0 - 0.1 * (n / 1e5) ** 0.3
+        for act in ("relu", "gelu"):
+            out[(f"activation={act}", size)] = {"test/loss": plain + (0.01 if act == "relu" else 0.0)}
+        for act in ("swiglu", "geglu"):
+            out[(f"activation={act}", size)] = {"test/loss": plain + lead(n)}
+    return out
+
+
+@pytest.mark.parametrize(
+    "lead, label",
+    [
+        (lambda n: -0.05, "holds"),  # the same lead at every size
+        (lambda n: -0.02 - 0.02 * (n / 1e5) ** 0.5, "grows"),  # widening with size
+        (lambda n: -0.08 + 0.015 * (n / 1e5) ** 0.5, "shrinks"),  # narrowing with size
+        (lambda n: 0.005, "inconclusive"),  # level with the plain mean (ReLU is 0.01 above GELU): no lead
+    ],
+)
+def test_the_ffn_trend_is_labelled_by_the_stated_rule(tmp_path, lead, label, monkeypatch):
+    monkeypatch.setattr(ladder_trend, "BOOTSTRAP", 500)
+    lines = ffn.verdicts(write_ladder(tmp_path, ffn_values(lead)))
+    assert lines[0].startswith(f"- **The gated FFNs' lead {label} with size.**"), lines[0]
+    assert lines[2].count("| d") == 4
+
+
+def extrapolation_values(gap_4x, alibi_rise=-0.01):
+    out = {}
+    for size, n in SIZES.items():
+        base = 1.9 - 0.1 * (n / 1e5) ** 0.3
+        rope = {"test/loss": base, "test/loss@64": base, "test/loss@256": base + 0.3, "test/loss@512": base + 0.6}
+        alibi_1x = base + 0.05
+        alibi = {"test/loss": alibi_1x, "test/loss@64": alibi_1x, "test/loss@256": base + 0.3 + gap_4x(size),
+                 "test/loss@512": alibi_1x + alibi_rise}  # fmt: skip
+        out[("pos_encoding=rope", size)], out[("pos_encoding=alibi", size)] = rope, alibi
+    return out
+
+
+def test_the_extrapolation_checks_follow_the_stated_rule(tmp_path, monkeypatch):
+    monkeypatch.setattr(ladder_trend, "BOOTSTRAP", 500)
+    lines = extrapolation.verdicts(write_ladder(tmp_path, extrapolation_values(lambda size: -0.25)))
+    assert lines[0].startswith("- **ALiBi extrapolates better than RoPE (4×, test/loss@256): holds at every size.**")
+    assert lines[1].startswith("- **ALiBi stays flat to 8×: holds at every size**")
+    reverses = extrapolation_values(lambda size: 0.1 if size == "d160" else -0.25, alibi_rise=0.05)
+    lines = extrapolation.verdicts(write_ladder(tmp_path, reverses))
+    assert ": reverses at d160.**" in lines[0] and "does not hold" in lines[1]
+
+
+def test_no_verdict_before_every_size_has_ended(tmp_path):
+    values = ffn_values(lambda n: -0.05)
+    del values[("activation=geglu", "d160")]
+    path = write_ladder(tmp_path, values)
+    info = json.loads((path / "sweep.json").read_text())
+    info["ladder"]["cells"]["activation=geglu,size=d160"] = ["activation=geglu", "d160"]  # planned, not run
+    (path / "sweep.json").write_text(json.dumps(info))
+    assert "have not ended" in ffn.verdicts(path)[0]
+
+
+def test_the_trend_recovers_a_planted_slope():
+    planted = {n: [0.1 * float(__import__("math").log(n)) + e for e in (-0.01, 0.0, 0.01)] for n in SIZES.values()}
+    t = trend(planted)
+    assert t.slope == pytest.approx(0.1, abs=1e-9) and t.low < 0.1 < t.high
