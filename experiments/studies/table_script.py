@@ -21,6 +21,11 @@ def run(argv: list[str] | None, doc: str, table: Callable[[Path], str], filename
     return 0
 
 
+def run_lines(argv: list[str] | None, doc: str, lines: Callable[[Path], list[str]], filename: str) -> int:
+    """`run` for a verdict script, whose function gives the Markdown lines."""
+    return run(argv, doc, lambda sweep_dir: "\n".join(lines(sweep_dir)) + "\n", filename)
+
+
 def mean_std(values: list[float]) -> str:
     """`mean ± sample std` to 3 decimals (the mean alone for one value, n/a for none)."""
     if not values:

@@ -60,12 +60,12 @@ def verdicts(sweep_dir: Path) -> list[str]:
         f"seeds): ALiBi − RoPE at 4× {gap_trend.slope:+.4f} [{gap_trend.low:+.4f}, {gap_trend.high:+.4f}] per "
         f"e-fold; RoPE − ALiBi at 1× {in_trend.slope:+.4f} [{in_trend.low:+.4f}, {in_trend.high:+.4f}].",
         "",
-        "\n".join(rows),
+        *rows,
     ]
 
 
 def main(argv: list[str] | None = None) -> int:
-    return table_script.run(argv, __doc__, lambda sweep_dir: "\n".join(verdicts(sweep_dir)) + "\n", "ladder_verdict.md")
+    return table_script.run_lines(argv, __doc__, verdicts, "ladder_verdict.md")
 
 
 if __name__ == "__main__":

@@ -50,12 +50,12 @@ def verdicts(sweep_dir: Path) -> list[str]:
         f"{t.high:+.4f}] (bootstrap over seeds); the lead is present (CI below 0) at {sum(present)} of "
         f"{len(sizes)} sizes.",
         "",
-        "\n".join(rows),
+        *rows,
     ]
 
 
 def main(argv: list[str] | None = None) -> int:
-    return table_script.run(argv, __doc__, lambda sweep_dir: "\n".join(verdicts(sweep_dir)) + "\n", "ladder_verdict.md")
+    return table_script.run_lines(argv, __doc__, verdicts, "ladder_verdict.md")
 
 
 if __name__ == "__main__":

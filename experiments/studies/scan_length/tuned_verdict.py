@@ -85,7 +85,7 @@ def verdicts(sweep_dir: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    return table_script.run(argv, __doc__, lambda sweep_dir: "\n".join(verdicts(sweep_dir)) + "\n", "tuned_verdict.md")
+    return table_script.run_lines(argv, __doc__, verdicts, "tuned_verdict.md")
 
 
 if __name__ == "__main__":

@@ -57,7 +57,7 @@ def test_the_ffn_trend_is_labelled_by_the_stated_rule(tmp_path, lead, label, mon
     monkeypatch.setattr(ladder_trend, "BOOTSTRAP", 500)
     lines = ffn.verdicts(write_ladder(tmp_path, ffn_values(lead)))
     assert lines[0].startswith(f"- **The gated FFNs' lead {label} with size.**"), lines[0]
-    assert lines[2].count("| d") == 4
+    assert sum(line.startswith("| d") for line in lines) == 4
 
 
 def extrapolation_values(gap_4x, alibi_rise=-0.01):
