@@ -58,8 +58,9 @@ def slurm_parameters(launcher: dict[str, Any], shape: RunShape, threads: int, na
     if tasks is None:
         if shape.accelerator != "cpu":
             raise SpecError(
-                "--launcher slurm starts one task per device: set trainer.devices to a number "
-                "(or launcher.tasks_per_node) instead of 'auto'/-1"
+                f"--launcher slurm starts one task per device, and trainer.devices 'auto' with trainer.accelerator "
+                f"{shape.accelerator!r} cannot be counted before the job meets its node: set trainer.devices to a "
+                "number (or launcher.tasks_per_node), or trainer.accelerator: cpu (one task per run)"
             )
         tasks = 1
     for key, needed in (("tasks_per_node", tasks), ("nodes", shape.nodes)):
