@@ -4,6 +4,7 @@ starts it). Skipped, with the reason, where no controller answers. The fake-`sba
 
 from __future__ import annotations
 
+import json
 import shutil
 import subprocess
 import time
@@ -70,3 +71,63 @@ def test_a_sweep_submitted_runs_to_the_end_and_the_second_command_records_it(tmp
         ("norm=rmsnorm", "done"), ("norm=layernorm", "done")
     }
     assert all(row["steps"] == "12" for row in rows.values())
+
+
+def _submit_and_finish(args: list[str], capsys) -> None:
+    """Submits the sweep's runs, waits for the job to leave the queue, records them with the second command."""
+    assert sweep.main(args) == 0
+    _wait(_job_of(capsys.readouterr().out))
+    assert sweep.main(args) == 0
+    capsys.readouterr()
+
+
+def _only_row(out) -> dict:
+    (row,) = Ledger(out / "results.csv").rows.values()
+    assert row["status"] == "done", row
+    return row
+
+
+def _reference(tmp_path, tiny_spec, fixed, cell, capsys) -> dict:
+    """The same cell trained uninterrupted, in one process, by the pool launcher."""
+    spec = tiny_spec(tmp_path / "reference.yaml", fixed, cells=[cell])
+    assert sweep.main([str(spec), "--out", str(tmp_path / "reference"), "--jobs", "1"]) == 0
+    capsys.readouterr()
+    return _only_row(tmp_path / "reference")
+
+
+def test_a_job_cancelled_mid_run_is_resubmitted_and_resumes_to_the_same_end(tmp_path, tiny_spec, capsys):
+    longer = CPU | {"trainer.max_steps": 120}
+    cell = {"model.arch.norm": "rmsnorm"}
+    spec = tiny_spec(tmp_path / "spec.yaml", longer, cells=[cell], launcher={"timeout_min": 15})
+    out = tmp_path / "out"
+    args = [str(spec), "--out", str(out), "--launcher", "slurm"]
+    assert sweep.main(args) == 0
+    job = _job_of(capsys.readouterr().out)
+    run_dir = out / "norm=rmsnorm" / "seed0"
+    end = time.monotonic() + 300
+    while not (run_dir / "checkpoints" / "last.ckpt").exists():
+        assert time.monotonic() < end and _queued(job), "the job ended before its first checkpoint"
+        time.sleep(0.5)
+    subprocess.run(["scancel", job], check=True)
+    _wait(job)
+    assert json.loads((run_dir / "run.json").read_text())["status"] == "running", "finished before scancel"
+    _submit_and_finish(args, capsys)  # the run is not done: submitted again, resumed from its checkpoint
+    resumed = _only_row(out)
+    assert resumed["steps"] == "120"
+    assert "resum" in (run_dir / "run.log").read_text().lower()
+    reference = _reference(tmp_path, tiny_spec, longer, cell, capsys)
+    assert float(resumed["val/loss"]) == pytest.approx(float(reference["val/loss"]), rel=1e-5)
+
+
+def test_a_two_task_ddp_run_under_sbatch_equals_one_process(tmp_path, tiny_spec, capsys):
+    """One job of 2 tasks (Lightning's SLURM environment, gloo), half the batch each: one process's numbers."""
+    ddp = CPU | {"trainer.strategy": "ddp", "trainer.devices": 2, "data.batch_size": 4}
+    cell = {"model.arch.pos_encoding": "alibi"}
+    spec = tiny_spec(tmp_path / "spec.yaml", ddp, cells=[cell], launcher={"timeout_min": 15})
+    out = tmp_path / "out"
+    _submit_and_finish([str(spec), "--out", str(out), "--launcher", "slurm"], capsys)
+    row = _only_row(out)
+    assert json.loads((out / "pos_encoding=alibi" / "seed0" / "run.json").read_text())["processes"] == 2
+    reference = _reference(tmp_path, tiny_spec, CPU, cell, capsys)
+    for metric in ("val/loss", "val/loss@16", "val/loss@32", "train/loss"):
+        assert float(row[metric]) == pytest.approx(float(reference[metric]), rel=1e-4), metric
