@@ -47,6 +47,7 @@ def test_a_sweeps_run_prints_its_progress_and_nothing_a_user_scrolls_past(tmp_pa
     the model summary comes back when the run asks for it."""
     text = _fit(tmp_path)
     assert "step 4/4" in text and "done: step 4/4" in text
-    for noise in ("Seed set", "GPU available", "Tip:", "Trainable params", "LeafSpec", "`Trainer.fit` stopped"):
+    noises = ("Seed set", "GPU available", "Tip:", "Trainable params", "LeafSpec", "`Trainer.fit` stopped", "`srun`")
+    for noise in noises:
         assert noise not in text, noise
     assert "Trainable params" in _fit(tmp_path, "--trainer.enable_model_summary=true")
