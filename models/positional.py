@@ -210,7 +210,8 @@ class AlibiBias(_CachedBias):
             distance = self.distances(q_len, k_len, offset, self.slopes.device).abs().float()
             return -self.slopes[:, None] * distance
 
-        return RelativeBias(self._cached((q_len, k_len, offset, self.slopes.device), make), q_len, k_len)
+        per_distance = self._cached((q_len, k_len, offset, self.slopes.device), make)
+        return RelativeBias(per_distance, q_len, k_len, slopes=self.slopes if self.causal else None)
 
 
 def t5_relative_bucket(relative_position: Tensor, bidirectional: bool, num_buckets: int, max_distance: int) -> Tensor:

@@ -9,12 +9,14 @@ probability tensor for the backward. Here the bias stays per distance:
   block of queries at a time with that block's (B|1, H, block, S) mask, and the backward recomputes each
   block's scores, giving dq, dk, dv and the per-distance bias gradient exactly as the math kernel's formulas
   do (torch has no CPU kernel for this: flex_attention's CPU path has no backward, and compiling it per
-  shape costs a sweep of short runs again at each evaluation length);
+  shape costs a sweep of short runs again at each evaluation length); ALiBi over causal rows without
+  padding skips the blocks: its bias is linear in the key's position, so it rides inside q·k as one more
+  feature and SDPA's own causal kernel runs forward and backward (`_linear_bias_attention`);
 - on CUDA, `torch.nn.attention.flex_attention` (compiled) with a `score_mod` that reads the per-distance
   table on the fly and a block mask for causality and padding; T5's table trains through the captured
   buffer's gradient.
 
-Both equal the dense path (`bias_backward: math`) to float rounding (tests/models/test_relative_bias.py).
+All equal the dense path (`bias_backward: math`) to float rounding (tests/models/test_relative_bias.py).
 Attention dropout needs the fused kernel's random mask in the backward, which it does not expose: with
 dropout the dense path is used (`models.attention.Attention`).
 """
@@ -42,6 +44,9 @@ class RelativeBias:
     per_distance: Tensor  # (H, q_len + k_len - 1)
     q_len: int
     k_len: int
+    # (H,) when the bias is slopes·(j − i) on every key a causal query sees (ALiBi's): linear in the key's
+    # position once the row's constant is dropped, so it can ride inside q·k (`_linear_bias_attention`)
+    slopes: Tensor | None = None
 
     def dense(self) -> Tensor:
         """(H, q_len, k_len): row i is the window of `per_distance` starting at q_len − 1 − i."""
@@ -145,7 +150,8 @@ class _BlockwiseBiasAttention(torch.autograd.Function):
             q_b = q_b * scale  # the scale on (B, H, block, hd), not on every (B, H, block, S) score
             k_b, v_b = k[..., :keys, :], v[..., :keys, :]
             scores = (q_b @ k_b.transpose(-2, -1)).add_(mask.reversed_block(table, start, stop, keys))
-            probs = torch.softmax(scores, dim=-1).nan_to_num_(0.0)  # a row with no visible key: no weight
+            # the scores' buffer freed as the probabilities are made: two (B, H, block, S) tensors live, not three
+            probs = scores = torch.softmax(scores, dim=-1).nan_to_num_(0.0)  # a row with no visible key: no weight
             # dS = P ∘ (dO vᵀ - delta), in place in the dO vᵀ buffer
             dscores = (go_b @ v_b.transpose(-2, -1)).sub_(delta_b).mul_(probs)
             if want_bias:  # the bias is shared by the batch: its window's gradient is summed over it
@@ -155,6 +161,38 @@ class _BlockwiseBiasAttention(torch.autograd.Function):
             dk[..., :keys, :] += dscores.transpose(-2, -1) @ q_b
             dv[..., :keys, :] += probs.transpose(-2, -1) @ go_b
         return dq, dk, dv, dbias.to(per_distance.dtype) if want_bias else None, None, None
+
+
+def _foldable(q: Tensor, mask: ScoreMask) -> bool:
+    """A linear bias over causal rows without padding, in a precision that keeps the folded scores' rounding
+    at float rounding: slopes·T/2 is added to each score (see `_linear_bias_attention`)."""
+    bias = mask.bias
+    return (
+        bias.slopes is not None
+        and mask.padding is None
+        and mask.causal_offset == 0
+        and bias.q_len == bias.k_len
+        and q.dtype in (torch.float32, torch.float64)
+    )
+
+
+def _linear_bias_attention(q: Tensor, k: Tensor, v: Tensor, slopes: Tensor, scale: float | None) -> Tensor:
+    """Causal attention with ALiBi's bias m·(j − i) as SDPA's own causal kernel, forward and backward.
+
+    Softmax ignores a constant per row, so m·(j − i) acts as m·j: one more feature per head, 1 on the
+    queries and m·j on the keys (and 0 on the values), adds it inside q·k. The positions are centred,
+    m·(j − T/2), to halve the largest number added to a score.
+    """
+    B, H, T, hd = q.shape
+    scale = hd**-0.5 if scale is None else scale
+    position = torch.arange(T, device=q.device, dtype=q.dtype) - T / 2
+    extra = (slopes.to(q.dtype)[:, None] * position)[None, :, :, None].expand(B, H, T, 1)
+    ones, zeros = q.new_ones(B, H, T, 1), q.new_zeros(B, H, T, 1)
+    y = F.scaled_dot_product_attention(
+        torch.cat([q * scale, ones], -1), torch.cat([k, extra], -1), torch.cat([v, zeros], -1),
+        is_causal=True, scale=1.0,
+    )  # fmt: skip
+    return y[..., :hd]
 
 
 @lru_cache(maxsize=1)
@@ -198,4 +236,6 @@ def bias_attention(q: Tensor, k: Tensor, v: Tensor, mask: ScoreMask, scale: floa
     """
     if q.is_cuda:
         return flex_bias_attention(q, k, v, mask, scale)
+    if _foldable(q, mask):
+        return _linear_bias_attention(q, k, v, mask.bias.slopes, scale)
     return _BlockwiseBiasAttention.apply(q, k, v, mask.bias.per_distance, mask, scale)

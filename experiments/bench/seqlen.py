@@ -114,10 +114,12 @@ def run(ctx: Context) -> Section:
         )
     if models["t5"].cfg.bias_backward == "blockwise":
         section.notes.append(
-            "alibi, t5: the score bias stays per distance, (H, 2T − 1) numbers, and is applied one block of 128 "
-            "queries at a time, forward (SDPA's fused kernel on the block's mask) and backward (the block's scores "
-            "recomputed; T5's table gets its gradient per distance): `models/relative_bias.py`, "
-            "`bias_backward: blockwise`. No (B, H, T, T) tensor is built; `bias_backward: math` is the dense mask."
+            "t5 (and alibi with padding or a KV cache): the score bias stays per distance, (H, 2T − 1) numbers, and "
+            "is applied one block of 128 queries at a time, forward (SDPA's fused kernel on the block's mask) and "
+            "backward (the block's scores recomputed; T5's table gets its gradient per distance): "
+            "`models/relative_bias.py`, `bias_backward: blockwise`. No (B, H, T, T) tensor is built; "
+            "`bias_backward: math` is the dense mask. alibi over causal rows is m·j once each row's constant is "
+            "dropped: one more feature of q and k (head dim 33 here), and SDPA's causal kernel does the rest."
         )
     section.notes.append(
         "Memory: bytes live in torch's CPU allocator during one step above those live when it began "

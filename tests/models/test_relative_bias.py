@@ -183,3 +183,43 @@ def test_dropout_in_training_uses_the_dense_mask():
     assert not attn._blockwise(mask, dropout=0.1)
     assert attn._blockwise(mask, dropout=0.0)
     assert not GPT(_cfg("t5", "math")).stack.blocks[0].attn._blockwise(mask, dropout=0.0)
+
+
+@pytest.mark.parametrize("T", [9, 1024])
+def test_causal_alibi_rides_inside_q_k_as_sdpas_causal_kernel(monkeypatch, T):
+    """ALiBi over causal rows is m·j once each row's constant is dropped: one more feature of q and k, SDPA's
+    causal kernel, the dense mask's outputs and gradients (at T = 1,024 too, where m·T/2 is added to a score)."""
+    from models.positional import alibi_slopes
+
+    torch.manual_seed(0)
+    B, H, hd = 2, 4, 16
+    q, k, v = (torch.randn(B, H, T, hd, requires_grad=True) for _ in range(3))
+    slopes = alibi_slopes(H)
+    distance = torch.arange(2 * T - 1) - (T - 1)
+    mask = ScoreMask(RelativeBias(-slopes[:, None] * distance.abs().float(), T, T, slopes=slopes), None, 0)
+    calls = []
+    monkeypatch.setattr(relative_bias._BlockwiseBiasAttention, "apply", lambda *a: calls.append(a))
+    out = bias_attention(q, k, v, mask)
+    assert not calls  # not the per-block path
+    ref = F.scaled_dot_product_attention(q, k, v, attn_mask=mask.dense(torch.float32))
+    torch.testing.assert_close(out, ref, rtol=1e-4, atol=1e-5)
+    grad_out = torch.randn_like(out)
+    for a, b in zip(torch.autograd.grad(out, (q, k, v), grad_out), torch.autograd.grad(ref, (q, k, v), grad_out)):
+        torch.testing.assert_close(a, b, rtol=1e-4, atol=1e-4)
+
+
+@pytest.mark.parametrize(
+    "offset, padded, dtype, causal_alibi",
+    [(0, False, torch.float32, False), (0, True, torch.float32, True), (6, False, torch.float32, True),
+     (0, False, torch.bfloat16, True)],
+)  # fmt: skip
+def test_only_unpadded_causal_alibi_in_float_is_folded(offset, padded, dtype, causal_alibi):
+    """Padding, a KV cache's offset, a bidirectional bias or a half precision (m·T/2 would round away q·k)
+    keep the per-block path."""
+    mask = _random_mask(4, 9, 9 + offset, offset, padded, requires_grad=False)
+    if causal_alibi:
+        mask = ScoreMask(RelativeBias(mask.bias.per_distance, 9, 9 + offset, slopes=torch.ones(4)), mask.padding,
+                         offset)  # fmt: skip
+    assert not relative_bias._foldable(torch.zeros(1, dtype=dtype), mask)
+    folded = ScoreMask(RelativeBias(mask.bias.per_distance[:, : 17], 9, 9, slopes=torch.ones(4)), None, 0)
+    assert relative_bias._foldable(torch.zeros(1), folded)
