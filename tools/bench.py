@@ -27,7 +27,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--compile", action="store_true", help="also time torch.compile (cold compile and steady state)"
     )
     parser.add_argument(
-        "--reps", type=int, help="interleaved repetitions (default 7; caps seqlen's 3 and generation's 3/1)"
+        "--reps", type=int, help="interleaved repetitions (default 7; caps seqlen's 5 and generation's 3/1)"
     )
     parser.add_argument(
         "--gen-uncached-schemes",

@@ -55,7 +55,7 @@ class Settings:
     # sequence-length scaling at a fixed number of tokens per batch
     seq_lengths: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048)
     seq_tokens: int = 4096
-    seq_reps: int = 3
+    seq_reps: int = 5
     # generation: new tokens after a prompt, per batch size; repetitions per batch size
     gen_new_tokens: int = 256
     gen_prompt: int = 8
