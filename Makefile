@@ -18,11 +18,14 @@ demo: .venv/.installed
 	$(PY) cli.py sweep experiments/demo.yaml --out runs/demo
 	$(PY) cli.py samples runs/demo
 
+# one pytest-xdist worker per core, each taking whole files (a file's fixtures are built once); see tests/conftest.py
+XDIST := -n auto --maxprocesses 4 --dist loadfile
+
 test: .venv/.installed-test
-	$(PY) -m pytest -q -m "not slow" --durations=15
+	$(PY) -m pytest -q -m "not slow" $(XDIST) --durations=15
 
 test-all: .venv/.installed-test
-	$(PY) -m pytest -q --durations=15
+	$(PY) -m pytest -q $(XDIST) --durations=15
 
 bench: .venv/.installed-test
 	$(PY) cli.py bench

@@ -3,6 +3,7 @@ offline default corpus, 12 steps, validated every 4 and checkpointed every 2."""
 
 from __future__ import annotations
 
+import os
 from pathlib import Path
 from typing import Any
 
@@ -10,6 +11,38 @@ import pytest
 import yaml
 
 ROOT = Path(__file__).resolve().parents[1]
+
+# `make test` runs the tests in parallel (pytest-xdist, one worker per core): each worker and the processes
+# it starts get an equal share of the cores, since torch's default (every core per process) oversubscribes
+# them, and torch's spinning threads then wait on each other. Results do not depend on it: a test that
+# compares two runs runs both in the same environment.
+if workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
+    os.environ.setdefault("OMP_NUM_THREADS", str(max(1, (os.cpu_count() or 1) // int(workers))))
+    import torch
+
+    torch.set_num_threads(int(os.environ["OMP_NUM_THREADS"]))
+
+# The files that spend most of their time in subprocesses (DDP, sweeps, SLURM, the benchmark's smoke run), the
+# longest first (`--durations`). `make test` hands whole files to its workers (`--dist loadfile`: a file's
+# fixtures are built once), and these go first so that the suite does not end waiting on one of them.
+LONG_FILES_FIRST = (
+    "test_sweep.py",
+    "test_ddp.py",
+    "test_tuned_sweep.py",
+    "test_slurm_cluster.py",
+    "test_bench.py",
+    "test_predict.py",
+    "test_gpu_check.py",
+    "test_cli_entry.py",
+    "test_translation.py",
+    "test_samples.py",
+)
+
+
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    rank = {name: i for i, name in enumerate(LONG_FILES_FIRST)}
+    items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file keeps its order
+
 
 BASE = ["configs/gpt/base.yaml", "configs/gpt/tiny.yaml"]
 FIXED: dict[str, Any] = {

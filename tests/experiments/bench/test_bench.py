@@ -154,6 +154,7 @@ def test_decoding_section_times_each_split_at_equal_depth(smoke_report):
         assert all(t["median_s"] > 0 for t in split["timing"].values())
 
 
+@pytest.mark.slow  # the smoke run above runs this section too; the fresh/warm figures are checked in make test-all
 def test_startup_section_measures_fresh_and_warm_runs(tmp_path):
     """`cli.py bench --smoke --sections startup`: a 1-step sweep run timed as a fresh process and forked
     from the warm process, each finished (the section raises otherwise), with its overhead and CPU time."""

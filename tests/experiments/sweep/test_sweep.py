@@ -413,6 +413,7 @@ def test_concurrent_sweeps_on_one_folder_train_each_run_once(tmp_path, tiny_spec
         assert output.count("skipping ") == output.count("claimed by ") // 2
 
 
+@pytest.mark.slow  # tests/test_ddp.py resumes a killed DDP run, this file a killed sweep; make test-all
 def test_ddp_sweep_killed_and_resumed_matches_one_process(main_sweep, tiny_spec, tmp_path):
     """A spec that trains each run on 2 processes (DDP on CPU, half the batch each) runs, survives a
     SIGKILL mid-run, resumes and reports like any other, with the single-process numbers."""
