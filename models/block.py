@@ -9,41 +9,58 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from .attention import Attention, KVCache
-from .config import ArchConfig
+from .config import ArchConfig, NormPlacement
 from .ffn import FeedForward
 from .norms import build_norm
 from .positional import PositionalScheme, build_positional
 from .relative_bias import ScoreMask
 
+Sublayer = Callable[[Tensor], Tensor]
+Branch = Callable[[Tensor], Tensor]  # dropout and stochastic depth on a sublayer's output
+
+# norm_placement -> one residual step x -> x' from the sublayer f, its norm and (peri only) its output norm
+PLACEMENTS: dict[NormPlacement, Callable[[Tensor, Sublayer, nn.Module, nn.Module | None, Branch], Tensor]] = {
+    "pre": lambda x, f, norm, out_norm, branch: x + branch(f(norm(x))),
+    "post": lambda x, f, norm, out_norm, branch: norm(x + branch(f(x))),
+    "peri": lambda x, f, norm, out_norm, branch: x + branch(out_norm(f(norm(x)))),
+    "reordered": lambda x, f, norm, out_norm, branch: x + branch(norm(f(x))),
+}
+
 
 class Block(nn.Module):
     """Self-attention, optional cross-attention, FFN; each a residual branch with its own norm.
 
-    Placement is data: `pre` is x + f(norm(x)) (the stack adds a final norm), `post` is the
-    original norm(x + f(x)) of Vaswani et al. `drop_path` is this block's stochastic-depth rate:
-    each branch's output is zeroed per sample with that probability in training.
+    Placement is data (`PLACEMENTS`): `pre` is x + f(norm(x)) (the stack adds a final norm), `post` the
+    original norm(x + f(x)) of Vaswani et al., `peri` x + norm'(f(norm(x))) (Gemma 2's sandwich, Peri-LN:
+    a second norm per sublayer, `*_out_norm`) and `reordered` OLMo 2's x + norm(f(x)). `drop_path` is this
+    block's stochastic-depth rate: each branch's output is zeroed per sample with that probability in training.
     """
 
     def __init__(self, cfg: ArchConfig, cross_attention: bool = False, drop_path: float = 0.0):
         super().__init__()
-        self.pre_norm = cfg.norm_placement == "pre"
-        self.attn, self.attn_norm = Attention(cfg), build_norm(cfg)
+        self.placement = cfg.norm_placement
+        peri = cfg.norm_placement == "peri"
+        self.attn, self.attn_norm = Attention(cfg), build_norm(cfg, attention=True)
+        self.attn_out_norm = build_norm(cfg, attention=True) if peri else None
         self.cross = Attention(cfg, cross=True) if cross_attention else None
-        self.cross_norm = build_norm(cfg) if cross_attention else None
+        self.cross_norm = build_norm(cfg, attention=True) if cross_attention else None
+        self.cross_out_norm = build_norm(cfg, attention=True) if cross_attention and peri else None
         self.ffn, self.ffn_norm = FeedForward(cfg), build_norm(cfg)
+        self.ffn_out_norm = build_norm(cfg) if peri else None
         self.drop = nn.Dropout(cfg.dropout)
         self.drop_path = _drop_path(drop_path)
 
-    def _residual(self, x: Tensor, f: Callable[[Tensor], Tensor], norm: nn.Module) -> Tensor:
-        if self.pre_norm:
-            return x + self.drop_path(self.drop(f(norm(x))))
-        return norm(x + self.drop_path(self.drop(f(x))))
+    def _branch(self, h: Tensor) -> Tensor:
+        return self.drop_path(self.drop(h))
 
     def forward(self, x: Tensor, ctx: StackContext, layer: int) -> Tensor:
-        x = self._residual(x, lambda h: self.attn(h, **ctx.self_kwargs(layer)), self.attn_norm)
+        residual = PLACEMENTS[self.placement]
+        x = residual(x, lambda h: self.attn(h, **ctx.self_kwargs(layer)), self.attn_norm, self.attn_out_norm,
+                     self._branch)  # fmt: skip
         if self.cross is not None:
-            x = self._residual(x, lambda h: self.cross(h, **ctx.cross_kwargs(layer)), self.cross_norm)
-        return self._residual(x, self.ffn, self.ffn_norm)
+            x = residual(x, lambda h: self.cross(h, **ctx.cross_kwargs(layer)), self.cross_norm, self.cross_out_norm,
+                         self._branch)  # fmt: skip
+        return residual(x, self.ffn, self.ffn_norm, self.ffn_out_norm, self._branch)
 
 
 def _drop_path(rate: float) -> nn.Module:
@@ -116,7 +133,7 @@ class TransformerStack(nn.Module):
         rates = drop_path_rates(cfg.drop_path, n_layers or cfg.n_layers)
         self.blocks = nn.ModuleList(Block(cfg, cross_attention, rate) for rate in rates)
         self.activation_checkpointing = cfg.activation_checkpointing
-        self.final_norm = build_norm(cfg) if final_norm and cfg.norm_placement == "pre" else nn.Identity()
+        self.final_norm = build_norm(cfg) if final_norm and cfg.final_norm else nn.Identity()
 
     def new_cache(self, max_len: int) -> KVCache:
         return KVCache(len(self.blocks), max_len)

@@ -12,8 +12,8 @@ from contract.errors import ConfigError  # noqa: F401  (re-exported: every confi
 from contract.labels import IGNORE_INDEX  # noqa: F401  (re-exported: the models compute the loss with it)
 
 PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "t5", "none"]
-NormName = Literal["layernorm", "rmsnorm"]
-NormPlacement = Literal["pre", "post"]
+NormName = Literal["layernorm", "rmsnorm", "dyt"]
+NormPlacement = Literal["pre", "post", "peri", "reordered"]
 Activation = Literal["relu", "gelu", "silu", "swiglu", "geglu"]
 GeluApproximation = Literal["none", "tanh"]
 BiasBackward = Literal["blockwise", "math"]
@@ -97,8 +97,14 @@ class ArchConfig:
             cosines: fairseq, Marian).
         learned_pos_offset: rows of a `learned` table before position 0 (BART's 2, a fairseq legacy
             of padding-aware positions); they are never read.
-        norm: normalisation layer (ablation axis).
-        norm_placement: `pre` (x + f(norm(x)), final norm) or `post` (norm(x + f(x))).
+        norm: normalisation layer (ablation axis); `dyt` is Dynamic Tanh (Zhu et al. 2025),
+            γ·tanh(αx) + β with a learned scalar α per layer, no statistics.
+        norm_placement: `pre` (x + f(norm(x)), final norm), `post` (norm(x + f(x)), Vaswani et al.),
+            `peri` (x + norm(f(norm(x))), a norm on each sublayer's input and output: Gemma 2, Peri-LN)
+            or `reordered` (x + norm(f(x)), OLMo 2); all but `post` end the stack with a norm.
+        dyt_alpha: Dynamic Tanh's initial α, of every norm but the attention sublayers' (the paper's α0:
+            0.5 for non-LLM models; its LLaMA runs use 0.2 here and a larger `dyt_alpha_attention`).
+        dyt_alpha_attention: the initial α of the attention sublayers' norms; `None` means `dyt_alpha`.
         activation: FFN activation (ablation axis); `silu` is an ungated SiLU (Swish) FFN (Marian).
         dropout: dropout on embeddings, attention weights and residual branches.
         drop_path: stochastic depth (Huang et al. 2016; DeiT): the largest probability of dropping a
@@ -166,6 +172,8 @@ class ArchConfig:
     scaled_residual_init: bool = True
     activation_checkpointing: bool = False
     bias_backward: BiasBackward = "blockwise"
+    dyt_alpha: float = 0.5
+    dyt_alpha_attention: float | None = None
 
     def __post_init__(self) -> None:
         for name, literal in (
@@ -223,6 +231,11 @@ class ArchConfig:
             raise ConfigError(
                 f"activation_checkpointing={self.activation_checkpointing!r} is not valid; choose one of True, False"
             )
+
+    @property
+    def final_norm(self) -> bool:
+        """A norm after the last block: every placement that leaves the residual stream unnormalised."""
+        return self.norm_placement != "post"
 
     @property
     def head_dim(self) -> int:

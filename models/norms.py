@@ -4,17 +4,38 @@ from __future__ import annotations
 
 from collections.abc import Callable
 
-from torch import nn
+import torch
+from torch import Tensor, nn
 
 from .config import ArchConfig, NormName
 
-# norm -> its layer built from the config; torch's own fused kernels. RMSNorm (Zhang & Sennrich
-# 2019) has no mean and no bias, so `bias` reaches LayerNorm only.
-NORMS: dict[NormName, Callable[[ArchConfig], nn.Module]] = {
-    "layernorm": lambda cfg: nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias),
-    "rmsnorm": lambda cfg: nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps),
+
+class DynamicTanh(nn.Module):
+    """Dynamic Tanh (Zhu et al. 2025, "Transformers without Normalization", Algorithm 1): γ·tanh(αx) + β,
+    a learned scalar α (initialised to `alpha`) and per-channel γ (ones) and β (zeros). No statistics: a
+    drop-in for a norm. Written here because torch and timm have no such layer."""
+
+    def __init__(self, dim: int, alpha: float, bias: bool = True):
+        super().__init__()
+        self.alpha = nn.Parameter(torch.full((1,), float(alpha)))
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.bias = nn.Parameter(torch.zeros(dim)) if bias else None
+
+    def forward(self, x: Tensor) -> Tensor:
+        y = torch.tanh(self.alpha * x) * self.weight
+        return y if self.bias is None else y + self.bias
+
+
+# norm -> its layer built from the config and the α of its site (DyT's only); torch's own fused kernels for
+# the others. RMSNorm (Zhang & Sennrich 2019) has no mean and no bias, so `bias` reaches LayerNorm and DyT.
+NORMS: dict[NormName, Callable[[ArchConfig, float], nn.Module]] = {
+    "layernorm": lambda cfg, alpha: nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias),
+    "rmsnorm": lambda cfg, alpha: nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps),
+    "dyt": lambda cfg, alpha: DynamicTanh(cfg.d_model, alpha, bias=cfg.bias),
 }
 
 
-def build_norm(cfg: ArchConfig) -> nn.Module:
-    return NORMS[cfg.norm](cfg)
+def build_norm(cfg: ArchConfig, attention: bool = False) -> nn.Module:
+    """The norm of one site; `attention`: a norm of an attention sublayer (DyT's `dyt_alpha_attention`)."""
+    alpha = cfg.dyt_alpha_attention if attention and cfg.dyt_alpha_attention is not None else cfg.dyt_alpha
+    return NORMS[cfg.norm](cfg, alpha)

@@ -202,7 +202,7 @@ class ViT(TransformerModel):
         positional = form(cfg, grid, int(pool == "cls"))
         self.stack = TransformerStack(cfg, causal=False, positional=positional, final_norm=False)
         # the final norm after pooling: for CLS it equals norm-then-select; for mean it is timm's fc_norm
-        self.norm = build_norm(cfg) if cfg.norm_placement == "pre" else nn.Identity()
+        self.norm = build_norm(cfg) if cfg.final_norm else nn.Identity()
         self.head = nn.Linear(cfg.d_model, num_classes)
         self.init_weights()
 

@@ -205,5 +205,6 @@ def test_suite_debug_shows_the_traceback():
     assert done.returncode == 1
     assert "Traceback" in done.stderr
     assert done.stderr.strip().splitlines()[-1] == (
-        "contract.errors.ConfigError: model.arch.norm: 'batchnorm' is not valid; choose one of 'layernorm', 'rmsnorm'"
+        "contract.errors.ConfigError: model.arch.norm: 'batchnorm' is not valid; choose one of 'layernorm', 'rmsnorm', "
+        "'dyt'"
     )

@@ -12,12 +12,12 @@ from models import GPT, ArchConfig, BertMLM, EncoderDecoder, ViT
 from models.block import Block, StackContext
 from models.config import Activation, GeluApproximation, NormName, NormPlacement, PosEncoding
 from models.ffn import FeedForward
-from models.norms import NORMS, build_norm
+from models.norms import NORMS, DynamicTanh, build_norm
 from models.positional import POSITIONAL, sinusoidal_table
 
 TINY = dict(vocab_size=64, d_model=32, n_layers=2, n_heads=4, max_seq_len=8, init_std=0.1)
 IDS = torch.randint(0, 64, (2, 8), generator=torch.Generator().manual_seed(0))
-NORM_CLASSES = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm}  # torch's fused kernels
+NORM_CLASSES = {"layernorm": nn.LayerNorm, "rmsnorm": nn.RMSNorm, "dyt": DynamicTanh}  # torch's fused kernels, DyT
 
 
 def _gpt(**kw) -> GPT:
@@ -26,7 +26,7 @@ def _gpt(**kw) -> GPT:
 
 
 def _norm_modules(model: nn.Module) -> list[nn.Module]:
-    return [m for m in model.modules() if isinstance(m, (nn.LayerNorm, nn.RMSNorm))]
+    return [m for m in model.modules() if isinstance(m, tuple(NORM_CLASSES.values()))]
 
 
 def _assert_all_outputs_differ(outputs: dict) -> None:
@@ -52,10 +52,10 @@ def test_pos_encoding_is_built(pos):
 def test_norm_and_placement_are_built(norm, placement):
     model = _gpt(norm=norm, norm_placement=placement)
     norms = _norm_modules(model)
-    # per block: attention and FFN norms; plus a final norm under pre placement
-    assert len(norms) == 2 * 2 + (placement == "pre")
+    # per block: attention and FFN norms (two each under peri); plus a final norm but under post placement
+    assert len(norms) == 2 * 2 * (1 + (placement == "peri")) + (placement != "post")
     assert all(type(m) is NORM_CLASSES[norm] for m in norms)
-    assert all(block.pre_norm == (placement == "pre") for block in model.stack.blocks)
+    assert all(block.placement == placement for block in model.stack.blocks)
     assert isinstance(model.stack.final_norm, nn.Identity) == (placement == "post")
 
 
@@ -66,18 +66,19 @@ def test_norm_parameters_follow_bias(norm, bias):
     cfg = ArchConfig(**TINY, norm=norm, bias=bias, norm_eps=1e-3)
     layer = build_norm(cfg)
     assert type(layer) is NORM_CLASSES[norm] and set(NORMS) == set(NORM_CLASSES)
-    expected = {"weight", "bias"} if norm == "layernorm" and bias else {"weight"}
-    assert {name for name, _ in layer.named_parameters()} == expected
-    assert layer.eps == 1e-3 and layer.weight.shape == (cfg.d_model,)
+    expected = {"weight", "bias"} if norm != "rmsnorm" and bias else {"weight"}
+    assert {name for name, _ in layer.named_parameters()} - {"alpha"} == expected
+    assert layer.weight.shape == (cfg.d_model,)
+    assert getattr(layer, "eps", 1e-3) == 1e-3  # DyT has no statistics, so no epsilon
 
 
-@pytest.mark.parametrize("norm", get_args(NormName))
+@pytest.mark.parametrize("norm", ["layernorm", "rmsnorm"])
 def test_post_norm_normalises_the_residual_stream(norm):
     """Post-LN is norm(x + f(x)): a block's output is normalised; pre-LN's x + f(norm(x)) is not."""
     x = torch.randn(2, 8, 32) * 3 + 1
     ctx = StackContext(mask=None, is_causal=True, rope=None, offset=0, memory=None, memory_mask=None, cache=None)
     outs = {}
-    for placement in get_args(NormPlacement):
+    for placement in ("pre", "post"):
         torch.manual_seed(0)
         outs[placement] = Block(ArchConfig(**TINY, norm=norm, norm_placement=placement))(x, ctx, 0)
     rms = outs["post"].pow(2).mean(-1).sqrt()
@@ -241,3 +242,49 @@ def test_block_has_cross_attention_only_when_asked():
     assert all(b.cross is None for b in model.encoder.blocks)
     assert all(b.cross is not None for b in model.decoder.blocks)
     assert model.decoder.causal and not model.encoder.causal
+
+
+def _ctx() -> StackContext:
+    return StackContext(mask=None, is_causal=True, rope=None, offset=0, memory=None, memory_mask=None, cache=None)
+
+
+@pytest.mark.parametrize("placement", get_args(NormPlacement))
+def test_each_placement_is_its_formula(placement):
+    """pre x + f(n(x)), post n(x + f(x)), peri x + n'(f(n(x))) (Gemma 2, Peri-LN), reordered x + n(f(x)) (OLMo 2),
+    for the attention and FFN sublayers of one block, from the block's own modules."""
+    torch.manual_seed(0)
+    block = Block(ArchConfig(**TINY, norm_placement=placement, norm="rmsnorm")).eval()
+    for norm in _norm_modules(block):  # distinct norms, so that a swapped one shows
+        nn.init.uniform_(norm.weight, 0.5, 1.5)
+    x = torch.randn(2, 8, 32)
+    attn = lambda h: block.attn(h, is_causal=True)  # noqa: E731
+    formula = {
+        "pre": lambda x, f, n, o: x + f(n(x)),
+        "post": lambda x, f, n, o: n(x + f(x)),
+        "peri": lambda x, f, n, o: x + o(f(n(x))),
+        "reordered": lambda x, f, n, o: x + n(f(x)),
+    }[placement]
+    h = formula(x, attn, block.attn_norm, block.attn_out_norm)
+    expected = formula(h, block.ffn, block.ffn_norm, block.ffn_out_norm)
+    torch.testing.assert_close(block(x, _ctx(), 0), expected)
+
+
+def test_dynamic_tanh_is_the_papers_equation_and_initialisation():
+    """Zhu et al. 2025, Algorithm 1: DyT(x) = γ·tanh(αx) + β, α a learned scalar initialised to α0 (0.5 by
+    default), γ ones and β zeros; the attention sublayers' norms take their own α0 where one is set (the
+    paper's LLaMA recipe), the FFN's and the final norm take `dyt_alpha`."""
+    cfg = ArchConfig(**TINY, norm="dyt", dyt_alpha=0.2, dyt_alpha_attention=0.8)
+    layer = build_norm(cfg)
+    assert layer.alpha.shape == (1,) and layer.alpha.item() == pytest.approx(0.2)
+    assert torch.equal(layer.weight, torch.ones(32)) and torch.equal(layer.bias, torch.zeros(32))
+    nn.init.normal_(layer.weight)
+    nn.init.normal_(layer.bias)
+    x = torch.randn(4, 32) * 5
+    torch.testing.assert_close(layer(x), layer.weight * torch.tanh(0.2 * x) + layer.bias)
+    model = _gpt(norm="dyt", dyt_alpha=0.2, dyt_alpha_attention=0.8, norm_placement="peri")
+    for block in model.stack.blocks:
+        assert block.attn_norm.alpha.item() == block.attn_out_norm.alpha.item() == pytest.approx(0.8)
+        assert block.ffn_norm.alpha.item() == block.ffn_out_norm.alpha.item() == pytest.approx(0.2)
+    assert model.stack.final_norm.alpha.item() == pytest.approx(0.2)
+    assert _gpt(norm="dyt").stack.blocks[0].attn_norm.alpha.item() == pytest.approx(0.5)  # the paper's default α0
+    assert "bias" not in dict(build_norm(ArchConfig(**TINY, norm="dyt", bias=False)).named_parameters())
