@@ -213,9 +213,22 @@ class TaskModule(pl.LightningModule):
             label_smoothing=label_smoothing,
             reduction="sum",
         )
-        loss = self.global_mean(total, (labels != IGNORE_INDEX).sum())
+        labelled = labels.reshape(-1) != IGNORE_INDEX
+        loss = self.global_mean(total, labelled.sum())
         self.log("train/loss", loss, prog_bar=True, sync_dist=True)
-        return loss
+        return self.with_z_loss(loss, logits, labelled)
+
+    def with_z_loss(self, loss: Tensor, logits: Tensor, labelled: Tensor | None = None) -> Tensor:
+        """`loss` plus PaLM's z-loss (`optim.z_loss`): log Z of each labelled position's softmax, squared,
+        averaged over the global batch like the loss, logged as `train/z_loss`. Every process calls it."""
+        if not self.optim.z_loss:
+            return loss
+        log_z = logits.reshape(-1, logits.shape[-1]).float().logsumexp(-1)
+        if labelled is None:
+            labelled = torch.ones_like(log_z, dtype=torch.bool)
+        z_loss = self.global_mean(log_z.square().masked_fill(~labelled, 0.0).sum(), labelled.sum())
+        self.log("train/z_loss", z_loss, sync_dist=True)
+        return loss + self.optim.z_loss * z_loss
 
     @property
     def base_model(self) -> nn.Module:

@@ -146,10 +146,11 @@ class ImageClassifier(TaskModule):
             return self.train_loss(self.model(batch["images"]), batch["labels"], self.label_smoothing)
         images, targets = self.mixed(batch["images"], batch["labels"])
         # cross entropy against soft targets (timm's SoftTargetCrossEntropy), a mean over the global batch
-        total = F.cross_entropy(self.model(images), targets, reduction="sum")
+        logits = self.model(images)
+        total = F.cross_entropy(logits, targets, reduction="sum")
         loss = self.global_mean(total, torch.tensor(len(targets), device=total.device))
         self.log("train/loss", loss, prog_bar=True, sync_dist=True)
-        return loss
+        return self.with_z_loss(loss, logits)
 
     def _start_evaluation(self, stage: str, loaders: int) -> None:
         # every process makes every loader's metrics, even one that gets no batch of it: their states

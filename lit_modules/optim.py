@@ -28,6 +28,9 @@ class OptimConfig:
             under Adam by at most about lr per step whatever its gradient, so at a transformer's lr a T5
             bias table gains little contrast in a short run (T5 trained it with Adafactor at lr 1e-2);
             1 keeps one learning rate for every parameter.
+        z_loss: coefficient of PaLM's auxiliary loss z·log²Z on the output softmax's normaliser Z, averaged over
+            the labelled positions (Chowdhery et al. 2022: 1e-4; Wortsman et al. 2023's fix for output-logit
+            divergence); 0 is off. Logged as `train/z_loss`; `train/loss` stays the cross-entropy alone.
         fused: fused AdamW kernel (exact; one kernel per step instead of a loop over tensors) in
             full or pure half precision; under mixed precision (`16-mixed`, `bf16-mixed`) the
             foreach implementation runs instead (see `adamw_kernel`). False: torch's default.
@@ -40,9 +43,12 @@ class OptimConfig:
     warmup_steps: int = 100
     min_lr_ratio: float = 0.1
     positional_lr_scale: float = 1.0
+    z_loss: float = 0.0
     fused: bool = True
 
     def __post_init__(self) -> None:
+        if self.z_loss < 0:
+            raise ConfigError(f"z_loss={self.z_loss} must be 0 (off) or positive (PaLM: 1e-4)")
         if not self.positional_lr_scale > 0:
             raise ConfigError(f"positional_lr_scale={self.positional_lr_scale} must be positive (1: the model's lr)")
 

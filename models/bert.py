@@ -5,6 +5,7 @@ from __future__ import annotations
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .attention import softcap
 from .base import TokenEmbedding, TransformerModel
 from .block import TransformerStack
 from .config import ArchConfig
@@ -32,4 +33,4 @@ class BertMLM(TransformerModel):
         """input_ids (B, T), attention_mask (B, T) with 1 = token, 0 = padding -> logits (B, T, V)."""
         h = self.stack(self.tok(input_ids), attention_mask=attention_mask)
         h = self.head_norm(F.gelu(self.head_dense(h), approximate=self.cfg.gelu_approximate))
-        return self.lm_head(h)
+        return softcap(self.lm_head(h), self.cfg.logit_softcap)

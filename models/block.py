@@ -80,13 +80,15 @@ def drop_path_rates(rate: float, depth: int) -> list[float]:
 class StackContext:
     """What every layer of one forward shares: masks, rotary tables, memory and caches."""
 
-    def __init__(self, *, mask, is_causal, rope, offset, memory, memory_mask, cache):
+    def __init__(self, *, mask, is_causal, rope, offset, memory, memory_mask, cache, rope_layers=None):
         self.mask, self.is_causal, self.rope, self.offset = mask, is_causal, rope, offset
         self.memory, self.memory_mask, self.cache = memory, memory_mask, cache
+        self.rope_layers = rope_layers  # the layers that rotate (`ArchConfig.rope_layers`); None: every layer
 
     def self_kwargs(self, layer: int) -> dict:
         cache = self.cache.self_attn[layer] if self.cache is not None else None
-        return dict(mask=self.mask, is_causal=self.is_causal, rope=self.rope, cache=cache, offset=self.offset)
+        rope = self.rope if self.rope_layers is None or layer in self.rope_layers else None  # the others: NoPE
+        return dict(mask=self.mask, is_causal=self.is_causal, rope=rope, cache=cache, offset=self.offset)
 
     def cross_kwargs(self, layer: int) -> dict:
         cache = self.cache.cross_attn[layer] if self.cache is not None else None
@@ -133,6 +135,7 @@ class TransformerStack(nn.Module):
         rates = drop_path_rates(cfg.drop_path, n_layers or cfg.n_layers)
         self.blocks = nn.ModuleList(Block(cfg, cross_attention, rate) for rate in rates)
         self.activation_checkpointing = cfg.activation_checkpointing
+        self.rope_layers = frozenset(cfg.rope_layers) if cfg.rope_layers is not None else None
         self.final_norm = build_norm(cfg) if final_norm and cfg.final_norm else nn.Identity()
 
     def new_cache(self, max_len: int) -> KVCache:
@@ -186,6 +189,7 @@ class TransformerStack(nn.Module):
             memory=memory,
             memory_mask=padding_bias(memory_mask, x.dtype),
             cache=cache,
+            rope_layers=self.rope_layers,
         )
         # only where a backward will follow: evaluation keeps no activations anyway, and a KV cache
         # written during the forward would be written again by the recomputation

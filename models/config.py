@@ -14,6 +14,8 @@ from contract.labels import IGNORE_INDEX  # noqa: F401  (re-exported: the models
 PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "t5", "none"]
 NormName = Literal["layernorm", "rmsnorm", "dyt"]
 NormPlacement = Literal["pre", "post", "peri", "reordered"]
+QKNormName = Literal["none", "layernorm", "rmsnorm"]
+QKNormScope = Literal["projection", "head"]
 Activation = Literal["relu", "gelu", "silu", "swiglu", "geglu"]
 GeluApproximation = Literal["none", "tanh"]
 BiasBackward = Literal["blockwise", "math"]
@@ -102,6 +104,13 @@ class ArchConfig:
         norm_placement: `pre` (x + f(norm(x)), final norm), `post` (norm(x + f(x)), Vaswani et al.),
             `peri` (x + norm(f(norm(x))), a norm on each sublayer's input and output: Gemma 2, Peri-LN)
             or `reordered` (x + norm(f(x)), OLMo 2); all but `post` end the stack with a norm.
+        qk_norm: a norm on the queries and keys before RoPE and the dot product (Wortsman et al. 2023's fix
+            for attention-logit growth; OLMo 2, Qwen 3, Gemma 3): `none`, `layernorm` or `rmsnorm`.
+        qk_norm_scope: `projection` normalises the whole query and key projections (OLMo 2), `head` each
+            head's vector with one norm shared by the heads (Qwen 3).
+        attn_softcap: caps every attention score at ±c, c·tanh(s/c), before the mask (Gemma 2: 50); `None`
+            means none. SDPA's kernels cannot cap, so a capped layer computes its (B, H, T, S) scores in torch ops.
+        logit_softcap: caps the output logits at ±c, c·tanh(x/c), every family's (Gemma 2: 30); `None` means none.
         dyt_alpha: Dynamic Tanh's initial α, of every norm but the attention sublayers' (the paper's α0:
             0.5 for non-LLM models; its LLaMA runs use 0.2 here and a larger `dyt_alpha_attention`).
         dyt_alpha_attention: the initial α of the attention sublayers' norms; `None` means `dyt_alpha`.
@@ -112,6 +121,8 @@ class ArchConfig:
             this at the last of each stack (timm's `DropPath`). 0 builds no DropPath module at all.
         rope_base: RoPE frequency base θ.
         rope_fraction: fraction of each head's dims that are rotated (GPT-NeoX partial rotary).
+        rope_layers: with `rope`, the layers (0-based, in each stack) whose attention rotates; the others use
+            no positions (NoPE), e.g. every fourth layer NoPE as in recent long-context models. `None`: all.
         t5_num_buckets: relative-position buckets of the T5 bias.
         t5_max_distance: distance beyond which T5 buckets saturate.
         bias: biases in linear layers and norms.
@@ -158,6 +169,7 @@ class ArchConfig:
     drop_path: float = 0.0
     rope_base: float = 10000.0
     rope_fraction: float = 1.0
+    rope_layers: tuple[int, ...] | None = None
     t5_num_buckets: int = 32
     t5_max_distance: int = 128
     bias: bool = True
@@ -174,6 +186,10 @@ class ArchConfig:
     bias_backward: BiasBackward = "blockwise"
     dyt_alpha: float = 0.5
     dyt_alpha_attention: float | None = None
+    qk_norm: QKNormName = "none"
+    qk_norm_scope: QKNormScope = "projection"
+    attn_softcap: float | None = None
+    logit_softcap: float | None = None
 
     def __post_init__(self) -> None:
         for name, literal in (
@@ -184,6 +200,8 @@ class ArchConfig:
             ("gelu_approximate", GeluApproximation),
             ("bias_backward", BiasBackward),
             ("sinusoidal_layout", SinusoidalLayout),
+            ("qk_norm", QKNormName),
+            ("qk_norm_scope", QKNormScope),
         ):
             value = getattr(self, name)
             if value not in get_args(literal):
@@ -213,6 +231,14 @@ class ArchConfig:
                 f"pos_encoding='rope' needs an even rotary dim, got head_dim*rope_fraction="
                 f"{self.rotary_dim}; change d_model, n_heads or rope_fraction"
             )
+        if self.rope_layers is not None:
+            depth = max(self.n_layers, self.encoder_layers, self.decoder_layers)
+            if self.pos_encoding != "rope":
+                raise ConfigError(
+                    f"rope_layers={self.rope_layers} needs pos_encoding='rope', not {self.pos_encoding!r}"
+                )
+            if any(not 0 <= layer < depth for layer in self.rope_layers):
+                raise ConfigError(f"rope_layers={self.rope_layers}: layers are 0..{depth - 1} (0-based)")
         if self.pos_encoding == "t5" and not (
             self.t5_num_buckets >= 4 and self.t5_max_distance > self.t5_num_buckets // 2
         ):
@@ -223,6 +249,9 @@ class ArchConfig:
                 f"t5_num_buckets >= 4 and t5_max_distance > t5_num_buckets // 2 ({self.t5_num_buckets // 2}), "
                 "e.g. T5's 32 and 128"
             )
+        for name in ("attn_softcap", "logit_softcap"):
+            if getattr(self, name) is not None and getattr(self, name) <= 0:
+                raise ConfigError(f"{name}={getattr(self, name)} must be positive or null (Gemma 2: 50 and 30)")
         if not 0.0 <= self.dropout < 1.0:
             raise ConfigError(f"dropout={self.dropout} must be in [0, 1)")
         if not 0.0 <= self.drop_path < 1.0:

@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .attention import KVCache
+from .attention import KVCache, softcap
 from .base import TokenEmbedding, TransformerModel
 from .block import TransformerStack
 from .config import ArchConfig
@@ -33,7 +33,7 @@ class EncoderDecoder(TransformerModel):
 
     def decode(self, tgt_ids: Tensor, memory: Tensor, src_attention_mask=None, cache: KVCache | None = None) -> Tensor:
         h = self.decoder(self.tok(tgt_ids), memory=memory, memory_mask=src_attention_mask, cache=cache)
-        return self.lm_head(h)
+        return softcap(self.lm_head(h), self.cfg.logit_softcap)
 
     def forward(self, src_ids: Tensor, tgt_ids: Tensor, src_attention_mask: Tensor | None = None) -> Tensor:
         """src_ids (B, S), tgt_ids (B, T) decoder inputs -> logits (B, T, vocab)."""

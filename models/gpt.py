@@ -5,7 +5,7 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .attention import KVCache
+from .attention import KVCache, softcap
 from .base import TokenEmbedding, TransformerModel
 from .block import TransformerStack
 from .config import ArchConfig
@@ -38,7 +38,7 @@ class GPT(TransformerModel):
 
     def forward(self, input_ids: Tensor, cache: KVCache | None = None) -> Tensor:
         """input_ids (B, T) -> logits (B, T, vocab)."""
-        return self.lm_head(self.stack(self.tok(input_ids), cache=cache))
+        return softcap(self.lm_head(self.stack(self.tok(input_ids), cache=cache)), self.cfg.logit_softcap)
 
     @torch.no_grad()
     def generate(

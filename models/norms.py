@@ -28,14 +28,23 @@ class DynamicTanh(nn.Module):
 
 # norm -> its layer built from the config and the α of its site (DyT's only); torch's own fused kernels for
 # the others. RMSNorm (Zhang & Sennrich 2019) has no mean and no bias, so `bias` reaches LayerNorm and DyT.
-NORMS: dict[NormName, Callable[[ArchConfig, float], nn.Module]] = {
-    "layernorm": lambda cfg, alpha: nn.LayerNorm(cfg.d_model, eps=cfg.norm_eps, bias=cfg.bias),
-    "rmsnorm": lambda cfg, alpha: nn.RMSNorm(cfg.d_model, eps=cfg.norm_eps),
-    "dyt": lambda cfg, alpha: DynamicTanh(cfg.d_model, alpha, bias=cfg.bias),
+NORMS: dict[NormName, Callable[[int, ArchConfig, float], nn.Module]] = {
+    "layernorm": lambda dim, cfg, alpha: nn.LayerNorm(dim, eps=cfg.norm_eps, bias=cfg.bias),
+    "rmsnorm": lambda dim, cfg, alpha: nn.RMSNorm(dim, eps=cfg.norm_eps),
+    "dyt": lambda dim, cfg, alpha: DynamicTanh(dim, alpha, bias=cfg.bias),
 }
 
 
 def build_norm(cfg: ArchConfig, attention: bool = False) -> nn.Module:
     """The norm of one site; `attention`: a norm of an attention sublayer (DyT's `dyt_alpha_attention`)."""
     alpha = cfg.dyt_alpha_attention if attention and cfg.dyt_alpha_attention is not None else cfg.dyt_alpha
-    return NORMS[cfg.norm](cfg, alpha)
+    return NORMS[cfg.norm](cfg.d_model, cfg, alpha)
+
+
+def build_qk_norms(cfg: ArchConfig, q_dim: int, kv_dim: int) -> tuple[nn.Module, nn.Module] | None:
+    """The query and key norms of one attention layer (`qk_norm`), over the whole projections or, with
+    `qk_norm_scope: head`, over each head's vector; None without."""
+    if cfg.qk_norm == "none":
+        return None
+    dims = (q_dim, kv_dim) if cfg.qk_norm_scope == "projection" else (cfg.head_dim, cfg.head_dim)
+    return NORMS[cfg.qk_norm](dims[0], cfg, cfg.dyt_alpha), NORMS[cfg.qk_norm](dims[1], cfg, cfg.dyt_alpha)

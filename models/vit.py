@@ -16,6 +16,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from .attention import softcap
 from .base import TransformerModel
 from .block import TransformerStack
 from .config import POSITIONAL_FACTS, ArchConfig, PosEncoding
@@ -219,7 +220,7 @@ class ViT(TransformerModel):
             x = torch.cat((self.cls.expand(x.shape[0], -1, -1), x), dim=1)
         h = self.stack(x)
         pooled = h[:, 0] if self.cls is not None else h.mean(dim=1)
-        return self.head(self.norm(pooled))
+        return softcap(self.head(self.norm(pooled)), self.cfg.logit_softcap)
 
     def adapt_state_dict(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
         """`state` with learned position tables of another patch grid (a checkpoint trained at another

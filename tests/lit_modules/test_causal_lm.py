@@ -85,3 +85,28 @@ def test_test_stage_logs_the_test_split(tmp_path):
     assert metrics["test/loss"] == metrics["test/loss@16"] and not any(k.startswith("val/") for k in metrics)
     trainer.validate(trainer.lightning_module, data, verbose=False)
     assert trainer.callback_metrics["val/loss@16"] != metrics["test/loss@16"]  # other tokens
+
+
+@pytest.mark.filterwarnings("ignore:You are trying to `self.log\\(\\)`:UserWarning")  # no Trainer: the logs go nowhere
+@pytest.mark.parametrize("z_loss", [0.0, 0.1])
+def test_z_loss_adds_the_mean_squared_log_normaliser_of_the_labelled_positions(z_loss):
+    """PaLM's z-loss: z·mean(log² Z) over the positions that have a label, on top of the cross-entropy."""
+    import torch
+    import torch.nn.functional as F
+
+    from lit_modules.base import IGNORE_INDEX
+
+    model = CausalLM(ArchConfig(d_model=32, n_layers=1, n_heads=2, max_seq_len=16), OptimConfig(z_loss=z_loss))
+    torch.manual_seed(0)
+    logits = torch.randn(2, 5, 11) * 3 + 2  # log Z far from 0
+    labels = torch.randint(0, 11, (2, 5))
+    labels[0, :2] = IGNORE_INDEX
+    keep = labels != IGNORE_INDEX
+    cross_entropy = F.cross_entropy(logits[keep], labels[keep])
+    expected = cross_entropy + z_loss * logits[keep].logsumexp(-1).square().mean()
+    torch.testing.assert_close(model.train_loss(logits, labels), expected)
+
+
+def test_a_negative_z_loss_is_refused():
+    with pytest.raises(ValueError, match="z_loss=-0.1 must be 0"):
+        OptimConfig(z_loss=-0.1)

@@ -288,3 +288,110 @@ def test_dynamic_tanh_is_the_papers_equation_and_initialisation():
     assert model.stack.final_norm.alpha.item() == pytest.approx(0.2)
     assert _gpt(norm="dyt").stack.blocks[0].attn_norm.alpha.item() == pytest.approx(0.5)  # the paper's default α0
     assert "bias" not in dict(build_norm(ArchConfig(**TINY, norm="dyt", bias=False)).named_parameters())
+
+
+@pytest.mark.parametrize("scope", ["projection", "head"])
+@pytest.mark.parametrize("qk_norm", ["layernorm", "rmsnorm"])
+def test_qk_norm_normalises_queries_and_keys_before_rope(scope, qk_norm):
+    """OLMo 2 normalises the whole q and k projections, Qwen 3 each head's vector (one norm shared by the
+    heads); both before RoPE, with GQA's fewer key heads."""
+    torch.manual_seed(0)
+    cfg = ArchConfig(**TINY, n_kv_heads=2, qk_norm=qk_norm, qk_norm_scope=scope, pos_encoding="rope")
+    model = GPT(cfg).eval()
+    attn = model.stack.blocks[0].attn
+    norm_class = NORM_CLASSES[qk_norm]
+    assert type(attn.q_norm) is norm_class and type(attn.k_norm) is norm_class
+    width = {"projection": (32, 16), "head": (8, 8)}[scope]  # q: 4 heads × 8, k: 2 heads × 8
+    assert (attn.q_norm.weight.shape[0], attn.k_norm.weight.shape[0]) == width
+    for norm in (attn.q_norm, attn.k_norm):
+        nn.init.uniform_(norm.weight, 0.5, 1.5)
+    x = torch.randn(2, 8, 32)
+    rope = model.stack.pos.rotary(8, 0)
+    q, k, v = attn.qkv(x).split((32, 16, 16), dim=-1)
+
+    def heads(t, n, norm=None):
+        if norm is not None and scope == "projection":
+            t = norm(t)
+        t = t.view(2, 8, n, 8).transpose(1, 2)
+        return norm(t) if norm is not None and scope == "head" else t
+
+    from models.positional import apply_rotary
+
+    q, k, v = heads(q, 4, attn.q_norm), heads(k, 2, attn.k_norm), heads(v, 2)
+    if rope is not None:
+        q, k = apply_rotary(q, *rope), apply_rotary(k, *rope)
+    k, v = k.repeat_interleave(2, dim=1), v.repeat_interleave(2, dim=1)
+    expected = attn.out(F.scaled_dot_product_attention(q, k, v, is_causal=True).transpose(1, 2).reshape(2, 8, 32))
+    torch.testing.assert_close(attn(x, is_causal=True, rope=rope), expected)
+    assert model.num_parameters() - GPT(ArchConfig(**TINY, n_kv_heads=2, pos_encoding="rope")).num_parameters() == (
+        2 * sum(width) * (1 + (qk_norm == "layernorm"))  # 2 layers; LayerNorm has a bias too
+    )
+
+
+def test_attention_softcap_caps_every_score_before_the_mask():
+    """c·tanh(s/c): a large cap is SDPA's attention, a tiny one leaves every visible key the same weight."""
+    torch.manual_seed(0)
+    x = torch.randn(2, 8, 32) * 4
+    outputs = {}
+    for cap in (None, 1e4, 1e-6):
+        torch.manual_seed(0)
+        attn = Block(ArchConfig(**TINY, attn_softcap=cap)).attn.eval()
+        outputs[cap] = attn(x, is_causal=True)
+    torch.testing.assert_close(outputs[1e4], outputs[None], rtol=1e-4, atol=1e-5)
+    v = attn.qkv(x).split(32, dim=-1)[2].view(2, 8, 4, 8).transpose(1, 2)
+    prefix_mean = v.cumsum(2) / torch.arange(1, 9).view(1, 1, 8, 1)  # query i: the mean of values 0..i
+    torch.testing.assert_close(outputs[1e-6], attn.out(prefix_mean.transpose(1, 2).reshape(2, 8, 32)))
+
+
+@pytest.mark.parametrize("family", ["gpt", "bert", "translation", "vit"])
+def test_logit_softcap_bounds_every_familys_output(family):
+    torch.manual_seed(0)
+    build = {
+        "gpt": lambda cfg: (GPT(cfg), (IDS,)),
+        "bert": lambda cfg: (BertMLM(cfg), (IDS,)),
+        "translation": lambda cfg: (EncoderDecoder(cfg), (IDS, IDS)),
+        "vit": lambda cfg: (ViT(cfg, image_size=8, patch_size=4, num_classes=10), (torch.randn(2, 3, 8, 8),)),
+    }[family]
+    outputs = {}
+    for cap in (None, 0.5):
+        torch.manual_seed(0)
+        model, inputs = build(ArchConfig(**TINY, logit_softcap=cap))
+        outputs[cap] = model.eval()(*inputs)
+    torch.testing.assert_close(outputs[0.5], 0.5 * torch.tanh(outputs[None] / 0.5))
+    assert outputs[0.5].abs().max() < 0.5 < outputs[None].abs().max()
+
+
+@pytest.mark.parametrize("field", ["attn_softcap", "logit_softcap"])
+def test_a_softcap_must_be_positive(field):
+    with pytest.raises(ValueError, match=f"{field}=0.0 must be positive or null"):
+        ArchConfig(**TINY, **{field: 0.0})
+
+
+def test_rope_layers_rotate_only_the_chosen_layers():
+    """`rope_layers`: the named layers rotate their queries and keys, the others see no positions (NoPE);
+    every layer named is the plain RoPE model."""
+    torch.manual_seed(0)
+    base = _gpt(pos_encoding="rope", n_layers=3)
+    outputs = {}
+    for layers in (None, (0, 1, 2), (0, 2), ()):
+        model = _gpt(pos_encoding="rope", n_layers=3, rope_layers=layers)
+        model.load_state_dict(base.state_dict())
+        seen = []
+        for i, block in enumerate(model.stack.blocks):
+            block.attn.register_forward_pre_hook(
+                lambda m, args, kwargs, i=i: seen.append((i, kwargs["rope"] is not None)), with_kwargs=True
+            )
+        outputs[layers] = model(IDS)
+        assert seen == [(i, layers is None or i in layers) for i in range(3)]
+    torch.testing.assert_close(outputs[(0, 1, 2)], outputs[None])
+    assert not torch.allclose(outputs[(0, 2)], outputs[None]) and not torch.allclose(outputs[()], outputs[(0, 2)])
+
+
+@pytest.mark.parametrize(
+    "fields, message",
+    [({"pos_encoding": "alibi", "rope_layers": (0,)}, "needs pos_encoding='rope'"),
+     ({"pos_encoding": "rope", "rope_layers": (0, 2)}, r"layers are 0..1")],
+)  # fmt: skip
+def test_rope_layers_are_checked(fields, message):
+    with pytest.raises(ValueError, match=message):
+        ArchConfig(**TINY | fields)
