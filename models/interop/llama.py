@@ -1,10 +1,13 @@
-"""transformers' LlamaForCausalLM <-> GPT (RoPE, RMSNorm, SwiGLU or GeGLU, GQA).
+"""transformers' LlamaForCausalLM <-> GPT (RoPE, RMSNorm, SwiGLU or GeGLU, GQA), and what Llama's
+descendants share with it (`qwen3`, `olmo2`): the same projections and layer names, other norms.
 
 Separate q/k/v projections are stacked into the fused `qkv` rows (q heads, k heads, v heads), and
 the gated FFN's [gate; up] into `up`. RoPE's base and rotary width are read from the model itself.
 """
 
 from __future__ import annotations
+
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -28,19 +31,23 @@ FIELDS = {
 }
 
 
-def table(cfg: ArchConfig) -> list[Pair]:
+# the Block's norms -> a layer's modules (under `model.layers.<i>.`), per model of Llama's layout
+NORMS = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
+
+
+def table(cfg: ArchConfig, norms: dict[str, str] = NORMS) -> list[Pair]:
     q_rows, kv_rows, ffn = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.ffn_dim
     pairs = tensor("tok.weight", "model.embed_tokens.weight")
     for i in range(cfg.n_layers):
-        attn, mlp = f"model.layers.{i}.self_attn", f"model.layers.{i}.mlp"
+        layer = f"model.layers.{i}"
+        attn, mlp = f"{layer}.self_attn", f"{layer}.mlp"
         pairs += block(
             f"stack.blocks.{i}",
-            attn_norm=f"model.layers.{i}.input_layernorm",
             qkv=Ref((f"{attn}.q_proj", f"{attn}.k_proj", f"{attn}.v_proj"), stacked(q_rows, kv_rows, kv_rows)),
             out=f"{attn}.o_proj",
-            ffn_norm=f"model.layers.{i}.post_attention_layernorm",
             up=Ref((f"{mlp}.gate_proj", f"{mlp}.up_proj"), stacked(ffn, ffn)),
             down=f"{mlp}.down_proj",
+            **{name: f"{layer}.{ref}" for name, ref in norms.items()},
         )
     return pairs + module("stack.final_norm", "model.norm") + tensor("lm_head.weight", "lm_head.weight")
 
@@ -64,7 +71,9 @@ def _rope(ref: nn.Module, head_dim: int) -> dict:
     return cfg_rope
 
 
-def convert(ref: nn.Module) -> GPT:
+def convert_like(ref: nn.Module, norms: dict[str, str] = NORMS, **arch) -> GPT:
+    """A GPT from a model of Llama's layout whose layers have the modules `norms` names; `arch`: the
+    settings where it differs from Llama's (norm placement, QK-norm)."""
     c = ref.config
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
     unsupported(head_dim * c.num_attention_heads != c.hidden_size, f"head_dim={head_dim} != hidden_size/heads")
@@ -74,50 +83,72 @@ def convert(ref: nn.Module) -> GPT:
         max_seq_len=c.max_position_embeddings,
         pos_encoding="rope",
         norm="rmsnorm",
-        norm_placement="pre",
+        **{"norm_placement": "pre"} | arch,
         **hf_activation(c.hidden_act, gated=True),
         **_rope(ref, head_dim),
-        bias=c.attention_bias or c.mlp_bias,
+        bias=c.attention_bias or getattr(c, "mlp_bias", False),
         tie_embeddings=shared(ref.lm_head.weight, ref.model.embed_tokens.weight),
     )
-    return load(GPT(cfg), ref, table(cfg))
+    return load(GPT(cfg), ref, table(cfg, norms))
 
 
-def to_llama(model: GPT) -> nn.Module:
-    """The LlamaForCausalLM equivalent to `model` (settings checked by `TARGET`). Llama's bias flags
-    are set where the suite's biases are non-zero (a zero bias is no bias). Llama has attention
-    dropout only: the suite's other dropouts change training, not the outputs."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def convert(ref: nn.Module) -> GPT:
+    return convert_like(ref)
+
+
+def export_like(model: GPT, reference: str, norms: dict[str, str] = NORMS, mlp_bias: bool = True) -> nn.Module:
+    """The transformers model `reference` (of Llama's layout, e.g. "LlamaForCausalLM") equivalent to `model`
+    (settings checked by its `TARGET`). The bias flags are set where the suite's biases are non-zero (a zero
+    bias is no bias); `mlp_bias`: the reference's config has the flag. Attention dropout only: the suite's
+    other dropouts change training, not the outputs."""
+    import transformers
 
     cfg = model.cfg
+    model_class = getattr(transformers, reference)
     lengths = {"max_position_embeddings": cfg.max_seq_len} if cfg.max_seq_len else {}  # RoPE runs at any length
-    config = LlamaConfig(
-        **renamed(cfg, FIELDS, to_suite=False),  # n_kv_heads None: Llama's default, one per head
+    biases = {"mlp_bias": nonzero(model, "ffn.up.bias", "ffn.down.bias")} if mlp_bias else {}
+    config = model_class.config_class(
+        **renamed(cfg, FIELDS, to_suite=False),  # n_kv_heads None: the default, one per head
         intermediate_size=cfg.ffn_dim,
         head_dim=cfg.head_dim,
         hidden_act=hf_activation_name(cfg),
         rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_base},
         attention_bias=nonzero(model, "attn.qkv.bias", "attn.out.bias"),
-        mlp_bias=nonzero(model, "ffn.up.bias", "ffn.down.bias"),
         tie_word_embeddings=cfg.tie_embeddings,
+        **biases,
         **UNKNOWN_TOKEN_IDS,
         **lengths,
     )
-    return export(LlamaForCausalLM(config), model, table(cfg))
+    return export(model_class(config), model, table(cfg, norms))
 
 
-TARGET = Target(
-    library="transformers LlamaForCausalLM",
-    suite=GPT,
-    settings={
-        "pos_encoding": ("rope",),
-        "rope_fraction": (1.0,),  # Llama's default RoPE rotates the whole head
-        "norm": ("rmsnorm",),
-        "norm_placement": ("pre",),
-        "activation": ("swiglu", "geglu"),
-        "embedding_norm": (False,),
-        "scale_embeddings": (None, False),
-        "attn_scale": (None,),
-    },
-    export=to_llama,
-)
+def to_llama(model: GPT) -> nn.Module:
+    return export_like(model, REFERENCE)
+
+
+SETTINGS = {
+    "pos_encoding": ("rope",),
+    "rope_fraction": (1.0,),  # Llama's default RoPE rotates the whole head
+    "norm": ("rmsnorm",),
+    "norm_placement": ("pre",),
+    "activation": ("swiglu", "geglu"),
+    "embedding_norm": (False,),
+    "scale_embeddings": (None, False),
+    "attn_scale": (None,),
+}
+TARGET = Target(library="transformers LlamaForCausalLM", suite=GPT, settings=SETTINGS, export=to_llama)
+
+
+def descendant(reference: str, norms: dict[str, str], arch: dict) -> tuple[Callable[[nn.Module], GPT], Target]:
+    """The converter and export target of a model of Llama's layout (`reference`, e.g. "Qwen3ForCausalLM")
+    whose layers hold the norms `norms` names and whose settings differ from Llama's by `arch`; no biases
+    (its MLP has no flag for them)."""
+
+    def convert(ref: nn.Module) -> GPT:
+        return convert_like(ref, norms, **arch)
+
+    def to_reference(model: GPT) -> nn.Module:
+        return export_like(model, reference, norms, mlp_bias=False)
+
+    settings = SETTINGS | {name: (value,) for name, value in arch.items()} | {"bias": (False,)}
+    return convert, Target(library=f"transformers {reference}", suite=GPT, settings=settings, export=to_reference)

@@ -14,6 +14,15 @@ from ..config import ArchConfig
 
 Allowed = tuple | Callable[[ArchConfig], tuple]
 
+# the axes no reference before them has, held at "off" for every target unless its `settings` allow more:
+# a setting without weights (a softcap, NoPE layers) would otherwise export silently to a model without it
+NEWER_AXES: dict[str, Allowed] = {
+    "qk_norm": ("none",),
+    "attn_softcap": (None,),
+    "logit_softcap": (None,),
+    "rope_layers": (None,),
+}
+
 
 @dataclass(frozen=True)
 class Target:
@@ -23,7 +32,8 @@ class Target:
         library: the reference, as errors name it ("transformers GPT2LMHeadModel").
         suite: the suite model class it exports.
         settings: `ArchConfig` field -> the values the reference can express (or a function of the
-            config giving them); the fields not listed either map to any value or change training only.
+            config giving them); the fields not listed either map to any value or change training only,
+            except `NEWER_AXES`, which are off unless listed.
         export: builds the reference from a suite model whose settings match.
     """
 
@@ -35,7 +45,7 @@ class Target:
     def mismatches(self, cfg: ArchConfig) -> list[str]:
         """One phrase per setting of `cfg` that this reference cannot express."""
         found = []
-        for name, allowed in self.settings.items():
+        for name, allowed in (NEWER_AXES | self.settings).items():
             values = allowed(cfg) if callable(allowed) else allowed
             if getattr(cfg, name) not in values:
                 choices = " or ".join(repr(v) for v in values)

@@ -91,6 +91,8 @@ def module(suite: str, source: Ref | str) -> list[Pair]:
 BLOCK_MODULES = {
     "attn_norm": "attn_norm",
     "qkv": "attn.qkv",
+    "q_norm": "attn.q_norm",
+    "k_norm": "attn.k_norm",
     "out": "attn.out",
     "cross_norm": "cross_norm",
     "cross_q": "cross.q",

@@ -43,6 +43,10 @@ def _max_diff(a: torch.Tensor, b: torch.Tensor) -> float:
 # ------------------------------------------------------------------------------------------------
 # decoders: GPT-2, Llama, BLOOM -> GPT
 
+SMALL_GQA = dict(  # the Llama descendants' cases
+    vocab_size=90, hidden_size=32, intermediate_size=48, num_hidden_layers=2, num_attention_heads=4,
+    num_key_value_heads=2,
+)  # fmt: skip
 DECODER_CASES = {
     "gpt2-tied-gelu_new": (
         transformers.GPT2Config,
@@ -120,6 +124,18 @@ DECODER_CASES = {
             attention_bias=True,
             hidden_act="gelu_pytorch_tanh",
         ),
+        False,
+    ),
+    "qwen3-gqa-qknorm_per_head": (
+        transformers.Qwen3Config,
+        transformers.Qwen3ForCausalLM,
+        dict(SMALL_GQA, head_dim=8, tie_word_embeddings=False),  # Qwen 3's head_dim is its own field (128)
+        False,
+    ),
+    "olmo2-gqa-reordered-qknorm": (
+        transformers.Olmo2Config,
+        transformers.Olmo2ForCausalLM,
+        dict(SMALL_GQA, pad_token_id=0, bos_token_id=0, eos_token_id=0),
         False,
     ),
     "bloom-tied": (
@@ -527,10 +543,12 @@ def test_vit_parity(case, max_diffs):
 # registry and refusals
 
 
-def test_registry_covers_the_eight_references():
+def test_registry_covers_the_ten_references():
     assert set(CONVERTERS) == {
         "GPT2LMHeadModel",
         "LlamaForCausalLM",
+        "Qwen3ForCausalLM",
+        "Olmo2ForCausalLM",
         "BloomForCausalLM",
         "BertForMaskedLM",
         "T5ForConditionalGeneration",

@@ -222,6 +222,20 @@ SUITE_CASES = {
         {},
         "LlamaForCausalLM",
     ),
+    "qwen3-swiglu-gqa-qknorm_per_head": (
+        GPT,
+        dict(GPT_BASE, pos_encoding="rope", norm="rmsnorm", activation="swiglu", n_kv_heads=2, bias=False,
+             qk_norm="rmsnorm", qk_norm_scope="head"),  # fmt: skip
+        {},
+        "Qwen3ForCausalLM",
+    ),
+    "olmo2-swiglu-reordered-qknorm": (
+        GPT,
+        dict(GPT_BASE, pos_encoding="rope", norm="rmsnorm", activation="swiglu", n_kv_heads=2, bias=False,
+             norm_placement="reordered", qk_norm="rmsnorm", tie_embeddings=False),  # fmt: skip
+        {},
+        "Olmo2ForCausalLM",
+    ),
     "llama-geglu-mqa-base500-untied-nobias": (
         GPT,
         dict(
@@ -394,6 +408,13 @@ def test_exported_model_reloads_in_its_library(case, tmp_path):
             GPT(ArchConfig(**GPT_BASE, pos_encoding="rope", norm="rmsnorm", activation="swiglu", rope_fraction=0.5)),
             ["rope_fraction=0.5 has no equivalent in transformers LlamaForCausalLM (it has 1.0)"],
         ),
+        (  # a setting without weights would export silently: every reference refuses the newer axes unless it has one
+            GPT(ArchConfig(**GPT_BASE, pos_encoding="rope", norm="rmsnorm", activation="swiglu", logit_softcap=30.0)),
+            [
+                "logit_softcap=30.0 has no equivalent in transformers LlamaForCausalLM (it has None)",
+                "logit_softcap=30.0 has no equivalent in transformers Olmo2ForCausalLM (it has None)",
+            ],
+        ),
         (
             GPT(ArchConfig(**GPT_BASE, pos_encoding="alibi", gelu_approximate="tanh", embedding_norm=True, d_ff=100)),
             ["d_ff=100 has no equivalent in transformers BloomForCausalLM (it has None or 192)"],
@@ -448,6 +469,7 @@ def test_exported_model_reloads_in_its_library(case, tmp_path):
         "gpt-sinusoidal",
         "gpt-rmsnorm-post",
         "llama-partial-rope",
+        "llama-logit-softcap",
         "bloom-d_ff",
         "t5-suite-default",
         "bart-offset-swiglu",
@@ -477,6 +499,6 @@ def test_registry_exports_every_suite_model_to_each_family():
     """Each family module's target exports to the class it converts from, and every target's settings
     are `ArchConfig` fields."""
     assert [family.TARGET.library.split()[-1] for family in FAMILIES] == [family.REFERENCE for family in FAMILIES]
-    assert TARGETS == tuple(family.TARGET for family in FAMILIES) and len(FAMILIES) == 8
+    assert TARGETS == tuple(family.TARGET for family in FAMILIES) and len(FAMILIES) == 10
     assert {target.suite for target in TARGETS} == {GPT, BertMLM, EncoderDecoder, ViT}
     assert all(set(target.settings) <= set(ArchConfig.__dataclass_fields__) for target in TARGETS)
