@@ -4,7 +4,7 @@ reference.
 
 Supported references (Hugging Face transformers and timm), one module each:
   GPT2LMHeadModel (`gpt2`), LlamaForCausalLM (`llama`), BloomForCausalLM (`bloom`),
-  Qwen3ForCausalLM (`qwen3`), Olmo2ForCausalLM (`olmo2`)                        <-> GPT
+  Qwen3ForCausalLM (`qwen3`), Olmo2ForCausalLM (`olmo2`), Gemma2ForCausalLM (`gemma2`) <-> GPT
   BertForMaskedLM (`bert`)                                                        <-> BertMLM
   T5ForConditionalGeneration (`t5`), MarianMTModel (`marian`),
   BartForConditionalGeneration (`bart`)                                           <-> EncoderDecoder
@@ -28,11 +28,11 @@ import torch
 from torch import nn
 
 from ..base import TransformerModel
-from . import bart, bert, bloom, gpt2, llama, marian, olmo2, qwen3, t5, timm_vit
+from . import bart, bert, bloom, gemma2, gpt2, llama, marian, olmo2, qwen3, t5, timm_vit
 from .targets import Target
 
 Converter = Callable[[nn.Module], TransformerModel]
-FAMILIES = (gpt2, llama, qwen3, olmo2, bloom, bert, t5, marian, bart, timm_vit)
+FAMILIES = (gpt2, llama, qwen3, olmo2, gemma2, bloom, bert, t5, marian, bart, timm_vit)
 
 # reference class name -> converter; each family module names the class it converts
 CONVERTERS: dict[str, Converter] = {family.REFERENCE: family.convert for family in FAMILIES}

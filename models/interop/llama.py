@@ -16,7 +16,20 @@ from ..config import ArchConfig
 from ..gpt import GPT
 from .reference_config import UNKNOWN_TOKEN_IDS, hf_activation, hf_activation_name, renamed, unsupported
 from .targets import Target
-from .weight_table import Pair, Ref, block, export, load, module, nonzero, shared, stacked, tensor
+from .weight_table import (
+    IDENTITY,
+    Pair,
+    Ref,
+    Transform,
+    block,
+    export,
+    load,
+    module,
+    nonzero,
+    shared,
+    stacked,
+    tensor,
+)
 
 REFERENCE = "LlamaForCausalLM"
 # ArchConfig field -> LlamaConfig field, for the fields that only change name
@@ -35,7 +48,8 @@ FIELDS = {
 NORMS = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
 
 
-def table(cfg: ArchConfig, norms: dict[str, str] = NORMS) -> list[Pair]:
+def table(cfg: ArchConfig, norms: dict[str, str] = NORMS, norm_weight: Transform = IDENTITY) -> list[Pair]:
+    """`norm_weight`: how a reference norm's weight becomes the suite's (Gemma's 1 + w)."""
     q_rows, kv_rows, ffn = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.ffn_dim
     pairs = tensor("tok.weight", "model.embed_tokens.weight")
     for i in range(cfg.n_layers):
@@ -47,9 +61,10 @@ def table(cfg: ArchConfig, norms: dict[str, str] = NORMS) -> list[Pair]:
             out=f"{attn}.o_proj",
             up=Ref((f"{mlp}.gate_proj", f"{mlp}.up_proj"), stacked(ffn, ffn)),
             down=f"{mlp}.down_proj",
-            **{name: f"{layer}.{ref}" for name, ref in norms.items()},
+            **{name: Ref((f"{layer}.{ref}",), norm_weight) for name, ref in norms.items()},
         )
-    return pairs + module("stack.final_norm", "model.norm") + tensor("lm_head.weight", "lm_head.weight")
+    final_norm = module("stack.final_norm", Ref(("model.norm",), norm_weight))
+    return pairs + final_norm + tensor("lm_head.weight", "lm_head.weight")
 
 
 def _rope(ref: nn.Module, head_dim: int) -> dict:

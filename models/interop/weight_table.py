@@ -98,7 +98,10 @@ BLOCK_MODULES = {
     "cross_q": "cross.q",
     "cross_kv": "cross.kv",
     "cross_out": "cross.out",
+    "attn_out_norm": "attn_out_norm",
+    "cross_out_norm": "cross_out_norm",
     "ffn_norm": "ffn_norm",
+    "ffn_out_norm": "ffn_out_norm",
     "up": "ffn.up",
     "down": "ffn.down",
 }

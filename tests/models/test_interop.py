@@ -138,6 +138,13 @@ DECODER_CASES = {
         dict(SMALL_GQA, pad_token_id=0, bos_token_id=0, eos_token_id=0),
         False,
     ),
+    "gemma2-gqa-sandwich-softcap": (  # a window that covers every position: full attention on every layer
+        transformers.Gemma2Config,
+        transformers.Gemma2ForCausalLM,
+        dict(SMALL_GQA, head_dim=8, query_pre_attn_scalar=12, attn_logit_softcapping=3.0, final_logit_softcapping=2.0,
+             max_position_embeddings=32, sliding_window=32, pad_token_id=0, bos_token_id=0, eos_token_id=0),
+        True,
+    ),
     "bloom-tied": (
         transformers.BloomConfig,
         transformers.BloomForCausalLM,
@@ -543,12 +550,13 @@ def test_vit_parity(case, max_diffs):
 # registry and refusals
 
 
-def test_registry_covers_the_ten_references():
+def test_registry_covers_the_eleven_references():
     assert set(CONVERTERS) == {
         "GPT2LMHeadModel",
         "LlamaForCausalLM",
         "Qwen3ForCausalLM",
         "Olmo2ForCausalLM",
+        "Gemma2ForCausalLM",
         "BloomForCausalLM",
         "BertForMaskedLM",
         "T5ForConditionalGeneration",
@@ -591,6 +599,11 @@ def test_unsupported_features_raise_value_error():
     vit = timm_vit.VisionTransformer(img_size=8, patch_size=4, embed_dim=16, depth=1, num_heads=2, global_pool="avg")
     with pytest.raises(ValueError, match="global_pool='avg' with class_token=True"):
         from_reference(vit)
+    gemma = dict(SMALL_GQA, head_dim=8, max_position_embeddings=64, pad_token_id=0, bos_token_id=0, eos_token_id=0)
+    with pytest.raises(ValueError, match=r"sliding-window attention \(a window of 16 < 64 positions\)"):
+        from_reference(transformers.Gemma2ForCausalLM(transformers.Gemma2Config(**gemma, sliding_window=16)))
+    with pytest.raises(ValueError, match="head_dim=16 != hidden_size/heads"):
+        from_reference(transformers.Gemma2ForCausalLM(transformers.Gemma2Config(**gemma | {"head_dim": 16})))
 
 
 # ------------------------------------------------------------------------------------------------

@@ -141,6 +141,9 @@ def test_reference_suite_reference_round_trip(case):
         assert torch.equal(ours.pop("cls.predictions.bias"), theirs["cls.predictions.decoder.bias"])
         theirs.pop("cls.predictions.bias")
     assert theirs.keys() == ours.keys()
+    if case.startswith("gemma2"):  # its norms store w for a scale of 1 + w: (w + 1) - 1 is w to float rounding
+        for key in [k for k in theirs if "norm" in k]:
+            torch.testing.assert_close(ours.pop(key), theirs.pop(key), rtol=0, atol=1e-7)
     assert [k for k in theirs if not torch.equal(theirs[k], ours[k])] == []
     _assert_same_outputs(ref, suite, vocab, other=back)
 
@@ -235,6 +238,14 @@ SUITE_CASES = {
              norm_placement="reordered", qk_norm="rmsnorm", tie_embeddings=False),  # fmt: skip
         {},
         "Olmo2ForCausalLM",
+    ),
+    "gemma2-sandwich-softcap-scaled": (
+        GPT,
+        dict(GPT_BASE, pos_encoding="rope", norm="rmsnorm", norm_placement="peri", activation="geglu",
+             gelu_approximate="tanh", n_kv_heads=2, bias=False, scale_embeddings=True, attn_scale=12**-0.5,
+             attn_softcap=2.0, logit_softcap=3.0),  # fmt: skip
+        {},
+        "Gemma2ForCausalLM",
     ),
     "llama-geglu-mqa-base500-untied-nobias": (
         GPT,
@@ -499,6 +510,6 @@ def test_registry_exports_every_suite_model_to_each_family():
     """Each family module's target exports to the class it converts from, and every target's settings
     are `ArchConfig` fields."""
     assert [family.TARGET.library.split()[-1] for family in FAMILIES] == [family.REFERENCE for family in FAMILIES]
-    assert TARGETS == tuple(family.TARGET for family in FAMILIES) and len(FAMILIES) == 10
+    assert TARGETS == tuple(family.TARGET for family in FAMILIES) and len(FAMILIES) == 11
     assert {target.suite for target in TARGETS} == {GPT, BertMLM, EncoderDecoder, ViT}
     assert all(set(target.settings) <= set(ArchConfig.__dataclass_fields__) for target in TARGETS)
