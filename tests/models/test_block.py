@@ -395,3 +395,21 @@ def test_rope_layers_rotate_only_the_chosen_layers():
 def test_rope_layers_are_checked(fields, message):
     with pytest.raises(ValueError, match=message):
         ArchConfig(**TINY | fields)
+
+
+# a per-head QK-norm gets the bf16 output of a Linear and keeps float weights: torch's unfused RMSNorm runs
+@pytest.mark.filterwarnings("ignore:Mismatch dtype between input and weight:UserWarning")
+@pytest.mark.parametrize("family", ["gpt", "translation"])
+def test_the_newer_axes_together_train_in_bf16_autocast(family):
+    """QK-norm, peri norms of DyT, soft-capping and NoPE layers at once: a bf16-autocast step on CPU (the GPU
+    configs' precision) gives finite gradients to every parameter."""
+    torch.manual_seed(0)
+    cfg = ArchConfig(**TINY | dict(pos_encoding="rope", rope_layers=(1,), qk_norm="rmsnorm", qk_norm_scope="head",
+                                   norm="dyt", norm_placement="peri", attn_softcap=5.0, logit_softcap=3.0))  # fmt: skip
+    model = GPT(cfg) if family == "gpt" else EncoderDecoder(cfg)
+    with torch.autocast("cpu", dtype=torch.bfloat16):
+        logits = model(IDS) if family == "gpt" else model(IDS, IDS)
+        loss = F.cross_entropy(logits.float().flatten(0, 1), IDS.flatten())
+    loss.backward()
+    assert torch.isfinite(loss) and logits.abs().max() <= 3.0
+    assert all(p.grad is not None and torch.isfinite(p.grad).all() for p in model.parameters())
