@@ -117,6 +117,7 @@ def test_two_processes_train_and_validate_like_one(family, runs):
     assert info["status"] == "done" and info["processes"] == 2 and info["steps"] == STEPS
 
 
+@pytest.mark.slow  # Lightning's resume on 2 processes (48 s); the per-family DDP tests stay; make test-all
 def test_a_killed_ddp_run_resumes_to_the_same_end(tmp_path, runs):
     """SIGKILL to the launcher's process group mid-run; the resumed run ends where an uninterrupted one does."""
     checkpointing = [
