@@ -124,6 +124,11 @@ class DivergenceGuard(pl.Callback):
         if not trainer.strategy.reduce_boolean_decision(bad, all=False):  # any process diverged
             return
         trainer.should_stop = True
-        for callback in trainer.callbacks:
-            if isinstance(callback, RunMetadata):
-                callback.mark(trainer, status=DIVERGED, diverged_at_step=trainer.global_step, diverged_loss=value)
+        mark_run(trainer, status=DIVERGED, diverged_at_step=trainer.global_step, diverged_loss=value)
+
+
+def mark_run(trainer: pl.Trainer, **fields) -> None:
+    """Adds `fields` to the run's `run.json` through its `RunMetadata` callback (rank 0 writes)."""
+    for callback in trainer.callbacks:
+        if isinstance(callback, RunMetadata):
+            callback.mark(trainer, **fields)

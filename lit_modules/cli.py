@@ -24,6 +24,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from contract.run_folder import SWEEP_DIR_VAR
 from lit_modules.callbacks import DivergenceGuard, RunMetadata
+from lit_modules.diagnostics import Diagnostics, LossSpikes
 from lit_modules.errors import (
     INSTANTIATION_ERRORS,
     as_config_error,
@@ -95,6 +96,8 @@ class SuiteCLI(LightningCLI):
         parser.link_arguments("data", "model.init_args.data_info", compute_fn=describe_data, apply_on="instantiate")
         parser.add_lightning_class_args(DivergenceGuard, "divergence")
         parser.add_lightning_class_args(RunMetadata, "run_metadata")
+        parser.add_lightning_class_args(Diagnostics, "diagnostics")  # --diagnostics.every_n_steps 0: off
+        parser.add_lightning_class_args(LossSpikes, "loss_spikes")
 
     def parse_arguments(self, parser, args) -> None:
         try:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
@@ -100,6 +102,8 @@ class Attention(nn.Module):
         self.dropout = cfg.dropout
         self.bias_backward = cfg.bias_backward
         self.attn_softcap = cfg.attn_softcap
+        # set by `models.diagnostics.Probe` while it records: called with (self, q, k, mask, is_causal)
+        self.probe: Callable[..., None] | None = None
 
     def _blockwise(self, mask: Tensor | ScoreMask | None, dropout: float) -> bool:
         """A score bias is applied per block of queries (`models.relative_bias`) unless attention dropout,
@@ -158,6 +162,8 @@ class Attention(nn.Module):
             # expanded views: SDPA's CPU kernels do not take enable_gqa, and a repeat is cheap
             group = self.n_heads // self.n_kv_heads
             k, v = k.repeat_interleave(group, dim=1), v.repeat_interleave(group, dim=1)
+        if self.probe is not None:
+            self.probe(self, q, k, mask, is_causal)
         dropout = self.dropout if self.training else 0.0
         if self._blockwise(mask, dropout):
             y = bias_attention(q, k, v, mask, self.scale)

@@ -207,6 +207,15 @@ class ViT(TransformerModel):
         self.head = nn.Linear(cfg.d_model, num_classes)
         self.init_weights()
 
+    def token_coordinates(self, tokens: int) -> Tensor:
+        """(tokens, 2) each token's patch position in pixels (row, column), for the mean attention distance in
+        image space (Dosovitskiy et al. 2020, Fig. 7); the CLS token, on no patch, is nan."""
+        prefix = int(self.cls is not None)
+        side = grid_side(tokens, prefix)
+        rows, cols = torch.meshgrid(torch.arange(side), torch.arange(side), indexing="ij")
+        patches = torch.stack((rows.flatten(), cols.flatten()), dim=-1).float() * self.patch_size
+        return torch.cat((torch.full((prefix, 2), float("nan")), patches))
+
     def forward(self, images: Tensor) -> Tensor:
         """images (B, C, H, W) -> logits (B, num_classes); H = W, a multiple of `patch_size`."""
         height, width = images.shape[-2:]

@@ -31,6 +31,7 @@ COMMON = [
     "--trainer.enable_progress_bar=false",
     "--trainer.enable_model_summary=false",
     "--trainer.accelerator=cpu",
+    "--diagnostics.every_n_steps=12",
 ]
 TINY_ARCH = ["--model.arch.d_model=32", "--model.arch.n_layers=1", "--model.arch.n_heads=2", "--model.arch.dropout=0.0"]
 # family -> (configs, overrides, global batch); validation is limited to whole batches of the global
@@ -111,6 +112,16 @@ def test_two_processes_train_and_validate_like_one(family, runs):
                 assert math.isnan(two.curves[tag][step]), tag
             else:
                 assert two.curves[tag][step] == pytest.approx(value, rel=1e-4, abs=1e-6), f"{tag} at step {step}"
+    # diagnostics: the same layers on either; every process's numbers gathered; the gradient (DDP's average of the
+    # global batch's) has the same per-block norms as one process's
+    diagnostics = sorted(t for t in one.curves if t.startswith("diagnostics/"))
+    assert diagnostics == sorted(t for t in two.curves if t.startswith("diagnostics/"))
+    grad_norms = [t for t in diagnostics if t.startswith("diagnostics/grad_norm/")]
+    assert "diagnostics/attn_max_logit" in diagnostics and len(grad_norms) >= 2
+    for tag in grad_norms:
+        assert sorted(one.curves[tag]) == [0, 12]
+        for step, value in one.curves[tag].items():
+            assert two.curves[tag][step] == pytest.approx(value, rel=1e-4, abs=1e-7), f"{tag} at step {step}"
     # rank 0 alone writes the run's files
     assert len(list(two_dir.glob("events.out.tfevents.*"))) == 1
     info = json.loads((two_dir / "run.json").read_text())

@@ -51,6 +51,14 @@ class CellResult:
         found = [_float(r.get(column)) for r in self.rows]
         return next((v for v in found if math.isfinite(v)), math.nan)
 
+    def spikes_text(self) -> str:
+        """The loss spikes of the cell's runs (`LossSpikes`): their total, and how many runs had any."""
+        counts = [int(_float(r.get("loss_spikes"))) for r in self.rows if math.isfinite(_float(r.get("loss_spikes")))]
+        if not counts:
+            return "n/a"
+        spiked = sum(c > 0 for c in counts)
+        return f"{sum(counts)} ({spiked}/{len(counts)} runs)" if spiked else "0"
+
     def runs_text(self) -> str:
         text = f"{self.count('done')}/{len(self.rows)}"
         extra = [f"{self.count(s)} {s}" for s in (DIVERGED, FAILED) if self.count(s)]

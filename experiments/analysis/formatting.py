@@ -13,6 +13,11 @@ def has_trainable(analysis: Analysis) -> bool:
     return any(math.isfinite(cell.stat("params_trainable")) for cell in analysis.cells)
 
 
+def has_spikes(analysis: Analysis) -> bool:
+    """The ledger records loss spikes (runs from before `LossSpikes` do not: their reports keep their columns)."""
+    return any(cell.spikes_text() != "n/a" for cell in analysis.cells)
+
+
 def fixed(value: float, digits: int = 4) -> str:
     """`value` to `digits` decimals; n/a when not finite."""
     return "n/a" if not math.isfinite(value) else f"{value:.{digits}f}"

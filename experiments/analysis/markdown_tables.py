@@ -7,7 +7,7 @@ import math
 
 from contract.metrics import higher_is_better
 from experiments.analysis.comparison import Analysis, CellResult
-from experiments.analysis.formatting import count_text, fixed, has_trainable, p_text
+from experiments.analysis.formatting import count_text, fixed, has_spikes, has_trainable, p_text
 from experiments.analysis.stats import CONFIDENCE, POWER, Comparison
 
 
@@ -42,6 +42,7 @@ def _row(analysis: Analysis, metric: str, rank: int, cell: CellResult) -> list[s
         counts = ["params", "params_trainable"] if has_trainable(analysis) else ["params"]
         row += [f"{cell.stat(k):,.0f}" if math.isfinite(cell.stat(k)) else "n/a" for k in counts]
         row.append(count_text(cell.stat("flops_per_token")))
+        row += [cell.spikes_text()] if has_spikes(analysis) else []
     return row
 
 
@@ -55,11 +56,13 @@ def _comparison_head(analysis: Analysis, metric: str) -> list[str]:
 def metric_table(analysis: Analysis, metric: str) -> str:
     """A Markdown table of one metric: every cell's mean ± std, n, CI and paired difference from the
     baseline (with its interval, p, the smallest detectable difference and, with a margin, the
-    equivalence test); the main metric's table also ranks the cells and gives parameters and FLOPs."""
+    equivalence test); the main metric's table also ranks the cells and gives parameters, FLOPs and the runs'
+    loss spikes (`LossSpikes`)."""
     main = metric == analysis.main
     head = ["rank" if main else "", "cell", "runs", "mean ± std", "n", f"{CONFIDENCE:.0%} CI"]
     head += _comparison_head(analysis, metric)
     head += (["params", "trainable"] if has_trainable(analysis) else ["params"]) + ["FLOPs/token"] if main else []
+    head += ["loss spikes"] if main and has_spikes(analysis) else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     lines += [
         "| " + " | ".join(_row(analysis, metric, rank, cell)) + " |" for rank, cell in enumerate(analysis.cells, 1)

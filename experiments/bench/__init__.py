@@ -5,6 +5,7 @@ Sections (each a module of this package with `run(ctx) -> Section`):
   training    training-step tokens/s and MFU: suite GPT vs a plain reference and transformers GPT-2,
               every positional scheme and norm against its baseline, torch.compile (`--compile`)
   lightning   CausalLM + Trainer vs a plain loop, per-step overhead
+  diagnostics the training diagnostics' cost: a probed step against an unprobed one, at the default period
   seqlen      sequence length 64 -> 2048 at fixed tokens per batch: time, memory, SDPA path
   generation  256 greedy tokens with and without the KV cache, batch 1 and 32, every scheme
   vit         suite ViT vs timm VisionTransformer
@@ -47,6 +48,7 @@ from .timing import load_average, machine_info, matmul_peak_flops
 SECTIONS = {
     "training": "experiments.bench.training",
     "lightning": "experiments.bench.lightning_overhead",
+    "diagnostics": "experiments.bench.diagnostics",
     "seqlen": "experiments.bench.seqlen",
     "generation": "experiments.bench.generation",
     "vit": "experiments.bench.vit",

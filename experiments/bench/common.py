@@ -52,6 +52,9 @@ class Settings:
     # Lightning overhead: `lightning_reps` chunks of `lightning_chunk` steps each
     lightning_chunk: int = 10
     lightning_reps: int = 7
+    # training diagnostics: probed every `diag_period` steps, `diag_reps` probed steps timed
+    diag_period: int = 4
+    diag_reps: int = 9
     # sequence-length scaling at a fixed number of tokens per batch
     seq_lengths: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048)
     seq_tokens: int = 4096
@@ -118,6 +121,8 @@ SMOKE = replace(
     batch_size=4,
     lightning_chunk=2,
     lightning_reps=1,
+    diag_period=2,
+    diag_reps=2,
     seq_lengths=(8, 16, 32),
     seq_tokens=64,
     seq_reps=1,

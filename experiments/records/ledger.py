@@ -27,10 +27,11 @@ HEAD = ("cell", "seed", "status")
 PHASE_COLUMN, SEARCH_PHASE, FINAL_PHASE = "phase", "search", "final"
 SEARCH_MARK = "~"  # a search run's cell: `<cell>~<point>` (a folder beside the cell's own)
 # params_trainable: what fine-tuning trains (PEFT, freezing); equal to params otherwise. Older ledgers lack it.
-STATS = ("steps", "diverged_at_step", "wall_time_s", "params", "params_non_embedding", "params_trainable",
-         "flops_per_token")  # fmt: skip
+STATS = ("steps", "diverged_at_step", "loss_spikes", "wall_time_s", "params", "params_non_embedding",
+         "params_trainable", "flops_per_token")  # fmt: skip
 TAIL = ("git_commit", "error")  # git_commit: the run's code, from run.json (`-dirty`: see its git.diff)
-RUN_STATS = ("params", "params_non_embedding", "params_trainable", "flops_per_token")  # copied from run.json
+# copied from run.json; loss_spikes: `lit_modules.diagnostics.LossSpikes` (runs older than it lack it)
+RUN_STATS = ("params", "params_non_embedding", "params_trainable", "flops_per_token", "loss_spikes")
 
 
 def metric_sort_key(name: str) -> tuple:

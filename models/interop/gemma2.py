@@ -68,7 +68,8 @@ def to_gemma2(model: GPT) -> nn.Module:
     cfg = model.cfg
     scalar = cfg.head_dim if cfg.attn_scale is None else round(cfg.attn_scale**-2)  # checked by TARGET
     config = Gemma2Config(
-        **renamed(cfg, llama.FIELDS, to_suite=False),
+        # the key heads spelt out: Gemma2Config validates its fields and refuses None (MHA) as not an int
+        **renamed(cfg, llama.FIELDS, to_suite=False) | {"num_key_value_heads": cfg.kv_heads},
         intermediate_size=cfg.ffn_dim,
         head_dim=cfg.head_dim,
         hidden_activation=hf_activation_name(cfg),

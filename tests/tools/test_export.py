@@ -228,3 +228,33 @@ def test_the_run_is_built_from_its_config_alone(gpt_run, monkeypatch):
         task, datamodule = build_run(config)
     assert not [w for w in caught if "args parameter" in str(w.message)]
     assert (type(task).__name__, type(datamodule).__name__) == ("CausalLM", "TextDataModule")
+
+
+NEWER_FAMILIES = {
+    # the flags that make the tiny GPT run one of these families, and the class `cli.py export` writes
+    "olmo2": (["--model.arch.pos_encoding=rope", "--model.arch.norm=rmsnorm", "--model.arch.activation=swiglu",
+               "--model.arch.bias=false", "--model.arch.norm_placement=reordered", "--model.arch.qk_norm=rmsnorm",
+               "--model.arch.tie_embeddings=false"], "Olmo2ForCausalLM"),
+    "qwen3": (["--model.arch.pos_encoding=rope", "--model.arch.norm=rmsnorm", "--model.arch.activation=swiglu",
+               "--model.arch.bias=false", "--model.arch.qk_norm=rmsnorm", "--model.arch.qk_norm_scope=head",
+               "--model.arch.n_kv_heads=2"], "Qwen3ForCausalLM"),
+    "gemma2": (["--model.arch.pos_encoding=rope", "--model.arch.norm=rmsnorm", "--model.arch.norm_placement=peri",
+                "--model.arch.activation=geglu", "--model.arch.gelu_approximate=tanh", "--model.arch.bias=false",
+                "--model.arch.scale_embeddings=true", "--model.arch.attn_softcap=20.0",
+                "--model.arch.logit_softcap=15.0"], "Gemma2ForCausalLM"),
+}  # fmt: skip
+
+
+@pytest.mark.parametrize("family", list(NEWER_FAMILIES))
+def test_newer_families_export_and_reload(family, tmp_path, capsys):
+    """A run with QK-norm, the reordered or sandwich norms and the soft-caps exports as OLMo 2, Qwen 3 or
+    Gemma 2, and transformers' reloaded model computes the trained model's logits."""
+    flags, reference = NEWER_FAMILIES[family]
+    suite, _, config, ckpt = _train("gpt", tmp_path / "run", *flags)
+    assert _export(config, ckpt, tmp_path / "out") == 0
+    assert f"{reference}.from_pretrained" in capsys.readouterr().out
+    loaded = transformers.AutoModelForCausalLM.from_pretrained(tmp_path / "out").eval()
+    assert type(loaded).__name__ == reference
+    ids = torch.randint(0, suite.cfg.vocab_size, (2, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (loaded(ids).logits - suite(ids)).abs().max().item() < 1e-4

@@ -182,3 +182,24 @@ def test_fairness_compares_trainable_parameters_when_the_ledger_has_them(sweep_d
         assert f"| 1,200 | {trainable['one']} |" in main_table
         csv_rows = list(csv.DictReader((sweep_dir / "report.csv").open()))
         assert {r["cell"]: r["params_trainable"] for r in csv_rows} == {c: str(n) for c, n in trainable.items()}
+
+
+def test_loss_spikes_are_a_column_of_the_main_table(sweep_dir):
+    """Runs that record loss spikes (`LossSpikes`) get them counted per cell: the total and how many runs spiked;
+    a ledger from before them keeps its columns."""
+    report.main([str(sweep_dir)])
+    assert "loss spikes" not in (sweep_dir / "report.md").read_text()
+    path = sweep_dir / "results.csv"
+    rows = list(csv.DictReader(path.open()))
+    spikes = {"ln": [0, 0, 0, 0, 0], "rms": [0, 3, 1, 0, ""], "one": [0, "", "", "", ""]}
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=[*rows[0], "loss_spikes"])
+        writer.writeheader()
+        writer.writerows(row | {"loss_spikes": spikes[row["cell"]][SEEDS.index(int(row["seed"]))]} for row in rows)
+    report.main([str(sweep_dir)])
+    main_table = (sweep_dir / "report.md").read_text().split("### val/loss (lower")[1].split("###")[0]
+    lines = {cell: next(line for line in main_table.splitlines() if f"`{cell}`" in line) for cell in spikes}
+    head = next(line for line in main_table.splitlines() if line.startswith("| rank"))
+    assert head.endswith("| FLOPs/token | loss spikes |")
+    assert lines["ln"].endswith("| 0 |") and lines["one"].endswith("| 0 |")
+    assert lines["rms"].endswith("| 4 (2/4 runs) |")  # the diverged run's spike counts too; the failed one has none

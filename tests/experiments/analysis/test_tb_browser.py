@@ -67,3 +67,39 @@ def test_a_summary_without_its_layout_writes_no_screenshot(finished_sweep, tmp_p
     out = tmp_path / "tensorboard.png"
     assert tb_browser.main([str(sweep), "--out", str(out)]) == 1
     assert not out.exists() and "did not enable its custom_scalars dashboard" in capsys.readouterr().out
+
+
+# Images dashboard: every image in the page (shadow roots included) with whether it loaded, and the page's text
+IMAGES = tb_browser._script("""
+  return {
+    images: deep().filter((e) => e.localName === 'img').map((i) => ({src: i.src, width: i.naturalWidth,
+                                                                     height: i.naturalHeight})),
+    text: texts(),
+  };
+""")
+
+
+def test_the_diagnostics_heatmaps_render(tmp_path):
+    """A run's diagnostics heatmaps (`lit_modules.diagnostics`) as TensorBoard's Images dashboard shows them."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[3]
+    command = [sys.executable, "cli.py", "fit", "-c", "configs/gpt/base.yaml", "-c", "configs/gpt/tiny.yaml",
+               "--trainer.max_steps=4", "--trainer.val_check_interval=4", "--data.val_tokens=2048",
+               "--model.sample_tokens=0", "--diagnostics.every_n_steps=2", "--diagnostics.heatmap_every_n_steps=2",
+               f"--trainer.logger.init_args.save_dir={tmp_path}"]  # fmt: skip
+    done = subprocess.run(command, cwd=root, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    tags = ("diagnostics/attn_entropy", "diagnostics/attn_distance")
+    ready = lambda page: page and sum(i["width"] > 0 for i in page["images"]) >= len(tags)  # noqa: E731
+    with tb_browser.tensorboard(tmp_path) as url, tb_browser.Chromium() as browser:
+        tb_browser.plugin_enabled(url, "images")
+        browser.open(f"{url}/#images")
+        page = browser.wait_for(IMAGES, ready)
+        assert ready(page), page
+        assert all(any(tag in text for text in page["text"]) for tag in tags), page["text"][:40]
+        drawn = [i for i in page["images"] if "individualImage" in i["src"]]
+        assert len(drawn) >= len(tags) and all(i["width"] > 200 and i["height"] > 80 for i in drawn), drawn
+        browser.screenshot(tmp_path / "heatmaps.png")

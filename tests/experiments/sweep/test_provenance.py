@@ -135,9 +135,9 @@ def test_prepare_records_each_attempt(repo, monkeypatch):
 def test_ledger_row_copies_the_runs_commit(tmp_path):
     run_dir = tmp_path / "a" / "seed0"
     run_dir.mkdir(parents=True)
-    (run_dir / "run.json").write_text(json.dumps({"status": "done", "git_commit": DIRTY.label}))
+    (run_dir / "run.json").write_text(json.dumps({"status": "done", "git_commit": DIRTY.label, "loss_spikes": 2}))
     row = collect_row(run_dir, "a", 0, "done", "", {})
-    assert row["git_commit"] == DIRTY.label
+    assert row["git_commit"] == DIRTY.label and row["loss_spikes"] == "2"  # LossSpikes' count, for the report
     assert collect_row(tmp_path / "never_ran", "b", 0, "failed", "boom", {})["git_commit"] == ""
     ledger = Ledger(tmp_path / "results.csv")
     ledger.put(row)
