@@ -73,6 +73,18 @@ def heatmap(values: Tensor, rows: list[str], title: str) -> Any:
     return torch.frombuffer(bytearray(buffer.getvalue()), dtype=torch.uint8).reshape(height_px, width_px, 4).numpy()
 
 
+def residual_growth(rms: dict[str, float]) -> float | None:
+    """ln(RMS after the last block / RMS after the first) of the model's last stack (the decoder of an
+    encoder-decoder): how much the residual stream grows with depth (Kim et al. 2025's Peri-LN question)."""
+    if not rms:
+        return None
+    names = list(rms)
+    stack = names[-1].rpartition("block")[0]  # `decoder.` of `decoder.block5`; `` of `block5`
+    blocks = [n for n in names if n.rpartition("block")[0] == stack]
+    first, last = rms[blocks[0]], rms[blocks[-1]]
+    return math.log(last / first) if first > 0 and last > 0 else None
+
+
 class Diagnostics(pl.Callback):
     """Probes a training step every `every_n_steps` and logs what the model does inside, under `diagnostics/`.
 
@@ -160,8 +172,15 @@ class Diagnostics(pl.Callback):
         heads = [v for k, v in maxima.items() if k.startswith("attn_max_logit/")]
         if heads:  # the headline: Wortsman et al.'s attention-logit growth, over every layer
             scalars[f"{TAG}/attn_max_logit"] = float(torch.cat(heads).amax())
+        growth = residual_growth({k.removeprefix("residual_rms/"): float(v[0]) for k, v in means.items()
+                                  if k.startswith("residual_rms/")})  # fmt: skip
+        if growth is not None:
+            scalars[f"{TAG}/residual_growth"] = growth
         for logger in trainer.loggers:
             logger.log_metrics(scalars, step=self._step)
+        # the last probe's headlines in run.json, so the ledger has them as columns (`RUN_DIAGNOSTICS`)
+        headline = {k.removeprefix(f"{TAG}/"): v for k, v in scalars.items() if k.count("/") == 1}
+        mark_run(trainer, diagnostics={"step": self._step, **headline})
         if self.heatmap_every_n_steps and (
             self._drawn_at is None or self._step - self._drawn_at >= self.heatmap_every_n_steps
         ):

@@ -30,6 +30,8 @@ SEARCH_MARK = "~"  # a search run's cell: `<cell>~<point>` (a folder beside the 
 STATS = ("steps", "diverged_at_step", "loss_spikes", "wall_time_s", "params", "params_non_embedding",
          "params_trainable", "flops_per_token")  # fmt: skip
 TAIL = ("git_commit", "error")  # git_commit: the run's code, from run.json (`-dirty`: see its git.diff)
+# the last diagnostics probe's headlines (`lit_modules.diagnostics`), from run.json's `diagnostics`, as columns
+RUN_DIAGNOSTICS = ("attn_max_logit", "logit_max", "log_z", "residual_growth")
 # copied from run.json; loss_spikes: `lit_modules.diagnostics.LossSpikes` (runs older than it lack it)
 RUN_STATS = ("params", "params_non_embedding", "params_trainable", "flops_per_token", "loss_spikes")
 
@@ -82,6 +84,8 @@ def collect_row(
         "wall_time_s": _number(round(scalars.wall_time_s, 3)),
     }
     row |= {key: _number(info.get(key)) for key in RUN_STATS}
+    diagnostics = info.get("diagnostics") or {}
+    row |= {f"diagnostics/{key}": _number(diagnostics[key]) for key in RUN_DIAGNOSTICS if key in diagnostics}
     for tag in scalars.curves:
         if tag.startswith("val/"):
             row[tag] = _number(scalars.last(tag, finite=True))
@@ -139,10 +143,11 @@ class Ledger:
 
     def columns(self) -> list[str]:
         present = {key for row in self.rows.values() for key in row}
-        fixed = {*HEAD, *self.axes, *STATS, *TAIL}
+        diagnostics = [f"diagnostics/{k}" for k in RUN_DIAGNOSTICS if f"diagnostics/{k}" in present]
+        fixed = {*HEAD, *self.axes, *STATS, *diagnostics, *TAIL}
         metrics = sorted((k for k in present if is_metric_column(k) and k not in fixed), key=metric_sort_key)
         extra = sorted(k for k in present if k not in fixed and k not in metrics)  # axes of an older spec
-        return [*HEAD, *self.axes, *extra, *STATS, *metrics, *TAIL]
+        return [*HEAD, *self.axes, *extra, *STATS, *diagnostics, *metrics, *TAIL]
 
     def write(self) -> None:
         """Rewrites the file with exactly these rows (`--rerun` removes rows this way)."""

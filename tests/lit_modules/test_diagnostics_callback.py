@@ -63,12 +63,24 @@ def test_diagnostics_log_every_layer_and_leave_training_unchanged(tmp_path):
     )
     # log Z ≥ the mean logit, and at initialisation near log(vocab)
     assert _curve(probed, "diagnostics/log_z")[0] > _curve(probed, "diagnostics/logit_mean")[0]
+    growth = _curve(probed, "diagnostics/residual_growth")
+    rms = [_curve(probed, f"diagnostics/residual_rms/block{i}")[4] for i in (0, 1)]
+    assert growth[4] == pytest.approx(math.log(rms[1] / rms[0]), rel=1e-5)
     images = probed.Tags()["images"]
     assert set(images) == {"diagnostics/attn_entropy", "diagnostics/attn_distance"}
     for tag in images:
         shots = probed.Images(tag)
         assert [s.step for s in shots] == [0, 4]  # the first probe, then the first ≥ 3 steps after it
         assert shots[0].encoded_image_string[:8] == b"\x89PNG\r\n\x1a\n" and shots[0].height > 100
+
+
+def test_the_last_probe_headlines_run_json(tmp_path):
+    trainer, events = _fit(tmp_path, [RunMetadata(), Diagnostics(every_n_steps=4)])
+    info = json.loads((tmp_path / "lightning_logs/version_0/run.json").read_text())
+    last = info["diagnostics"]
+    assert last["step"] == 4 and set(last) >= {"attn_max_logit", "logit_max", "log_z", "residual_growth"}
+    assert last["log_z"] == pytest.approx(_curve(events, "diagnostics/log_z")[4])
+    assert not any("/" in key for key in last)  # the headlines, not the per-layer values
 
 
 def test_an_accumulated_step_is_probed_once(tmp_path):

@@ -135,13 +135,19 @@ def test_prepare_records_each_attempt(repo, monkeypatch):
 def test_ledger_row_copies_the_runs_commit(tmp_path):
     run_dir = tmp_path / "a" / "seed0"
     run_dir.mkdir(parents=True)
-    (run_dir / "run.json").write_text(json.dumps({"status": "done", "git_commit": DIRTY.label, "loss_spikes": 2}))
+    diagnostics = {"step": 900, "attn_max_logit": 7.5, "log_z": 4.25, "residual_growth": -0.5, "logit_mean": 0.1}
+    info = {"status": "done", "git_commit": DIRTY.label, "loss_spikes": 2, "diagnostics": diagnostics}
+    (run_dir / "run.json").write_text(json.dumps(info))
     row = collect_row(run_dir, "a", 0, "done", "", {})
     assert row["git_commit"] == DIRTY.label and row["loss_spikes"] == "2"  # LossSpikes' count, for the report
+    # the last probe's headlines (Diagnostics), as columns after the run's statistics
+    assert {k: v for k, v in row.items() if k.startswith("diagnostics/")} == {
+        "diagnostics/attn_max_logit": "7.5", "diagnostics/log_z": "4.25", "diagnostics/residual_growth": "-0.5"}
     assert collect_row(tmp_path / "never_ran", "b", 0, "failed", "boom", {})["git_commit"] == ""
     ledger = Ledger(tmp_path / "results.csv")
     ledger.put(row)
     assert ledger.columns()[-len(TAIL) :] == ["git_commit", "error"]
+    assert ledger.columns().index("flops_per_token") + 1 == ledger.columns().index("diagnostics/attn_max_logit")
     assert Ledger(tmp_path / "results.csv").get("a", 0)["git_commit"] == DIRTY.label
 
 
