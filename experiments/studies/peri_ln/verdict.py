@@ -1,0 +1,86 @@
+"""The Peri-LN study's verdict, derived from its ledger by the rule its spec states before any run
+(`peri_ln.yaml`): loss, residual growth with depth and loss spikes, Peri-LN against Pre-LN at each depth (Post-LN
+and the reordered norm beside them), as Markdown for the README.
+
+    python -m experiments.studies.peri_ln.verdict experiments/studies/peri_ln/results/peri_ln
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from pathlib import Path
+
+from experiments.analysis.comparison import analyse
+from experiments.analysis.formatting import p_text
+from experiments.analysis.stats import Comparison, paired_difference
+from experiments.records.layout import LEDGER_NAME, SWEEP_INFO
+from experiments.records.ledger import SEARCH_MARK, Ledger
+from experiments.studies import table_script
+
+LOSS, GROWTH, SPIKES = "test/loss", "diagnostics/residual_growth", "loss_spikes"
+PLACEMENTS = ("pre", "peri", "post", "reordered")
+
+
+def cell_key(name: str) -> tuple[str, str]:
+    """`norm_placement=peri,size=L8` -> ("peri", "L8")."""
+    parts = dict(part.split("=", 1) for part in name.split(SEARCH_MARK)[0].split(","))
+    return parts["norm_placement"], parts["size"]
+
+
+def _interval(c: Comparison) -> str:
+    return f"{c.diff:+.3f} [{c.ci_low:+.3f}, {c.ci_high:+.3f}], p = {p_text(c.p_value)}"
+
+
+def _below(comparisons: list[Comparison]) -> str:
+    """reproduced: every CI below 0; not reproduced: any above 0; otherwise inconclusive."""
+    if all(c.ci_high < 0 for c in comparisons):
+        return "reproduced"
+    return "not reproduced" if any(c.ci_low > 0 for c in comparisons) else "inconclusive"
+
+
+def verdicts(sweep_dir: Path) -> list[str]:
+    """One Markdown bullet per pre-registered claim, then the other placements against Pre-LN."""
+    info = json.loads((sweep_dir / SWEEP_INFO).read_text())
+    cells = {cell_key(c.name): c for c in analyse(Ledger(sweep_dir / LEDGER_NAME), info).cells}
+    depths = sorted({depth for _, depth in cells}, key=lambda d: int(d.lstrip("L")))
+    missing = [(p, d) for d in depths for p in PLACEMENTS if (p, d) not in cells or not cells[p, d].values(LOSS)]
+    if not depths or missing:
+        return [f"- the final runs of {len(missing)} cell(s) have not ended: no verdict yet"]
+
+    def against_pre(placement: str, depth: str, column: str) -> Comparison:
+        return paired_difference(cells[placement, depth].values(column), cells["pre", depth].values(column))
+
+    loss = [against_pre("peri", d, LOSS) for d in depths]
+    growth = [against_pre("peri", d, GROWTH) for d in depths]
+    spikes = {(p, d): int(sum(cells[p, d].values(SPIKES).values())) for p in ("pre", "peri") for d in depths}
+    spiked = any(spikes.values())
+    more = all(spikes["pre", d] > spikes["peri", d] for d in depths)
+    spike_label = "inconclusive" if not spiked else "reproduced" if more else "not reproduced"
+    at = lambda values: "; ".join(f"{d}: {v}" for d, v in zip(depths, values))  # noqa: E731
+    counted = [f"{spikes['pre', d]} against {spikes['peri', d]}" for d in depths]
+    lines = [
+        f"- **Peri-LN beats Pre-LN: {_below(loss)}.** Peri − Pre on {LOSS}, paired by seed, each at its tuned lr: "
+        f"{at(map(_interval, loss))}.",
+        f"- **Peri-LN keeps the residual stream from growing with depth: {_below(growth)}.** Growth = ln(RMS after "
+        f"the last block / after the first) at the last probe; Peri − Pre: {at(map(_interval, growth))}.",
+        f"- **Pre-LN spikes more: {spike_label}.** Loss spikes over the final runs (z > 6 over 50 steps), Pre "
+        f"against Peri: {at(counted)}.",
+    ]
+    for placement in ("post", "reordered"):  # beside the verdicts, by the same comparisons
+        shown = at(f"{LOSS} {_interval(against_pre(placement, d, LOSS))}; growth "
+                   f"{_interval(against_pre(placement, d, GROWTH))}" for d in depths)  # fmt: skip
+        lines.append(f"- {placement} − Pre (not a pre-registered claim): {shown}.")
+    grown = {(p, d): cells[p, d].values(GROWTH) for p in PLACEMENTS for d in depths}
+    mean = {k: sum(v.values()) / len(v) if v else math.nan for k, v in grown.items()}
+    lines.append("- Mean residual growth, ln(last / first block RMS): " + "; ".join(
+        f"{p} {', '.join(f'{d} {mean[p, d]:+.2f}' for d in depths)}" for p in PLACEMENTS) + ".")  # fmt: skip
+    return lines
+
+
+def main(argv: list[str] | None = None) -> int:
+    return table_script.run_lines(argv, __doc__, verdicts, "verdict.md")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,50 @@
+"""The Peri-LN verdict follows its spec's rule, on a synthetic tuned ledger (no training)."""
+
+from __future__ import annotations
+
+import json
+
+from experiments.records.ledger import Ledger
+from experiments.studies.peri_ln import verdict
+
+DEPTHS = ("L4", "L8")
+NOISE = (0.0, 0.01, -0.01)
+
+
+def write_sweep(out, loss: dict, growth: dict, spikes: dict | None = None):
+    """Final runs only (the verdict reads them): each (placement, depth)'s test/loss, growth and spike count."""
+    names = [f"norm_placement={p},size={d}" for d in DEPTHS for p in verdict.PLACEMENTS]
+    (out / "sweep.json").write_text(json.dumps({"cells": [{"name": n, "overrides": {}} for n in names]}))
+    ledger = Ledger(out / "results.csv")
+    for d in DEPTHS:
+        for p in verdict.PLACEMENTS:
+            for seed, noise in enumerate(NOISE):
+                ledger.put({"cell": f"norm_placement={p},size={d}", "seed": str(seed), "status": "done",
+                            "test/loss": repr(loss[p] + noise), "diagnostics/residual_growth": repr(growth[p] + noise),
+                            "loss_spikes": str((spikes or {}).get((p, d), 0))})  # fmt: skip
+    return out
+
+
+LOSS = {"pre": 1.60, "peri": 1.55, "post": 1.70, "reordered": 1.58}
+GROWTH = {"pre": 1.5, "peri": 0.2, "post": 0.0, "reordered": 0.4}
+
+
+def test_each_claim_is_labelled_by_the_stated_rule(tmp_path):
+    lines = verdict.verdicts(write_sweep(tmp_path, LOSS, GROWTH, {("pre", "L4"): 1, ("pre", "L8"): 2}))
+    assert lines[0].startswith("- **Peri-LN beats Pre-LN: reproduced.**")
+    assert lines[1].startswith("- **Peri-LN keeps the residual stream from growing with depth: reproduced.**")
+    assert lines[2].startswith("- **Pre-LN spikes more: reproduced.**")
+    assert "L8: 6 against 0" in lines[2]  # 2 in each of its 3 runs
+    assert lines[3].startswith("- post − Pre") and lines[-1].startswith("- Mean residual growth")
+
+
+def test_without_spikes_and_with_a_peri_loss_the_labels_follow(tmp_path):
+    lines = verdict.verdicts(write_sweep(tmp_path, LOSS | {"peri": 1.70}, GROWTH))
+    assert lines[0].startswith("- **Peri-LN beats Pre-LN: not reproduced.**")
+    assert lines[2].startswith("- **Pre-LN spikes more: inconclusive.**")  # neither spikes
+
+
+def test_no_verdict_before_the_final_runs(tmp_path):
+    (tmp_path / "sweep.json").write_text(json.dumps({}))
+    Ledger(tmp_path / "results.csv").write()
+    assert "have not ended" in verdict.verdicts(tmp_path)[0]
