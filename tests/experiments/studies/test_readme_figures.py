@@ -20,6 +20,7 @@ from experiments.studies.norm_placement import loss_table
 from experiments.studies.norm_placement import tuned_verdict as norm_verdict
 from experiments.studies.peft import tuned_verdict as peft_verdict
 from experiments.studies.scan_length import split_table
+from experiments.studies.scan_length import tuned_verdict as scan_verdict
 
 ROOT = Path(__file__).resolve().parents[3]
 STUDIES = ROOT / "experiments" / "studies"
@@ -544,6 +545,7 @@ def test_readme_tables_are_their_scripts_output(study, spec, script, output, sho
 VERDICTS = [
     ("norm_placement", norm_verdict, ("norm_placement_tuned",)),
     ("mlm_positional", mlm_verdict, ("mlm_positional_tuned", "mlm_positional_tuned_scale")),
+    ("scan_length", scan_verdict, ("scan_length_tuned",)),
 ]
 
 
