@@ -5,6 +5,7 @@
     python cli.py sweep SPEC.yaml [--out DIR] [--jobs N|auto] [--threads T] [--launcher pool|local|slurm] [--dry-run]
                                [--retry-failed] [--rerun CELL ...] [--no-warm]
     python cli.py report DIR
+    python cli.py prepare -c CONFIG.yaml [--data.KEY VALUE ...]           download / tokenize once (a token store)
     python cli.py bench [--smoke] [--sections a,b] [--compile]
     python cli.py samples DIR [--prompt TEXT]                                 one continuation per cell of a sweep
     python cli.py export --config RUN/config.yaml --ckpt_path CKPT --out DIR   the transformers / timm equivalent
@@ -36,6 +37,7 @@ TOOLS = {
     "bench": "tools.bench",
     "export": "tools.export",
     "samples": "tools.samples",
+    "prepare": "tools.prepare",
 }
 
 

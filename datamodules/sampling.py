@@ -71,7 +71,9 @@ class GlobalIndexSampler(Sampler[int]):
     """
 
     def __init__(self, num_samples: int, start: int = 0) -> None:
-        self.num_samples, self.start, self.epoch = num_samples, start, 0
+        # the epoch of `start`, before Lightning sets it: on a restore, loader workers prefetch indices as
+        # Lightning creates the epoch's iterator, before its `set_epoch`
+        self.num_samples, self.start, self.epoch = num_samples, start, start // num_samples
 
     def set_epoch(self, epoch: int) -> None:
         self.epoch = epoch
@@ -159,6 +161,10 @@ def batches_done_this_epoch(trainer, batches_per_epoch: int) -> int:
 
 def resumable_batches(sampler: EpochSampler, batch_size: int, trainer=None) -> ResumeBatches:
     """Batches of ``sampler`` (last one partial) that resume mid-epoch when ``trainer`` was restored."""
+    if trainer is not None:
+        # the restored epoch, before Lightning sets it: loader workers prefetch indices as Lightning creates the
+        # resumed epoch's iterator, before its `set_epoch` (the batches then came from epoch 0's permutation)
+        sampler.set_epoch(trainer.current_epoch)
     batches = BatchSampler(sampler, batch_size, drop_last=False)
     return ResumeBatches(batches, batches_done_this_epoch(trainer, len(batches)))
 

@@ -1,12 +1,16 @@
 """Language-modelling text: a corpus registry, a tokenizer fitted on its training part, and
 training windows that are a pure function of (seed, sample index)."""
 
+import hashlib
+import json
 import math
+import os
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
 from functools import cached_property
 from itertools import chain
+from pathlib import Path
 from typing import Literal, get_args
 
 import torch
@@ -14,17 +18,23 @@ from jsonargparse.typing import PositiveInt
 from torch import Tensor
 from torch.utils.data import BatchSampler, DataLoader, Dataset
 
+from contract.errors import ConfigError
 from datamodules.base import SuiteDataModule, TestSplit, checked_test_split
-from datamodules.download import resolve, sha256_bytes
+from datamodules.download import resolve, sha256_bytes, sha256_file
 from datamodules.predict_inputs import PROMPT_CHARS, collate_lists, encode_inputs, read_lines, text_prompts
 from datamodules.sampling import GlobalIndexSampler, mix
+from datamodules.text_files import Source, sources
+from datamodules.token_store import TokenArray, TokenStore, open_store, sample_for_tokenizer, store_key
 from datamodules.tokenization import Tokenizer, TokenizerFields, build_tokenizer, load_tokenizer
 
-CorpusName = Literal["default", "tinyshakespeare", "wikitext2"]
+# `files`: the user's own train / val / test files (`datamodules.text_files`), tokenized once into a token store
+CorpusName = Literal["default", "tinyshakespeare", "wikitext2", "files"]
+FILES: CorpusName = "files"
 TextTokenizerName = Literal["char", "bpe"]
 # `test_split: held_out` (datamodules.base.TestSplit) for a corpus: its official test split (WikiText-2),
 # else the second half of the validation text (the first half stays validation; training text is unchanged)
 
+PROMPT_TEXT_TOKENS = 20_000  # of a token store's validation split, decoded for default prompts
 TRAIN_FRACTION = 0.9  # contiguous split of corpora without an official validation split
 
 
@@ -96,7 +106,7 @@ CORPORA: dict[CorpusName, Callable[[str | None, str], Corpus]] = {
     "tinyshakespeare": _load_tinyshakespeare,
     "wikitext2": _load_wikitext2,
 }
-assert set(CORPORA) == set(get_args(CorpusName))
+assert set(CORPORA) | {FILES} == set(get_args(CorpusName))
 
 
 class RandomWindows(Dataset[dict[str, Tensor]]):
@@ -106,13 +116,13 @@ class RandomWindows(Dataset[dict[str, Tensor]]):
     feeds epoch e the indices ``e * len .. (e + 1) * len - 1``.
 
     Args:
-        ids: the training token stream, shape (N,).
+        ids: the training token stream, shape (N,): a tensor, or a store's file read window by window.
         seq_len: tokens per input.
         seed: run seed.
         num_samples: samples per epoch.
     """
 
-    def __init__(self, ids: Tensor, seq_len: int, seed: int, num_samples: int) -> None:
+    def __init__(self, ids: Tensor | TokenArray, seq_len: int, seed: int, num_samples: int) -> None:
         if len(ids) < seq_len + 1:
             raise ValueError(f"training split has {len(ids)} tokens, fewer than seq_len + 1 = {seq_len + 1}")
         self.ids, self.seq_len, self.seed, self.num_samples = ids, seq_len, seed, num_samples
@@ -149,9 +159,9 @@ class FixedWindows(Dataset[dict[str, Tensor]]):
 @dataclass(frozen=True)
 class _Tokenized:
     tokenizer: Tokenizer
-    train_ids: Tensor  # (N_train,) long
-    val_ids: Tensor  # (N_val,) long, the whole validation split
-    test_ids: Tensor | None  # (N_test,) long, the held-out test split; None with test_split "val"
+    train_ids: Tensor | TokenArray  # (N_train,) long
+    val_ids: Tensor | TokenArray  # (N_val,) long, the whole validation split
+    test_ids: Tensor | TokenArray | None  # (N_test,) long, the held-out test split; None with test_split "val"
     sha256: str
     split_sha256: dict[str, str]  # of each split's text, as the run used it
 
@@ -173,9 +183,15 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
     ``predict_file`` or, unset, the starts of a few validation lines; a GPT continues them, a masked LM fills
     their ``<mask>`` tokens.
 
+    ``corpus: files`` trains on the user's own text (``train_files``, ``val_files``, ``test_files``: paths or globs
+    of plain text, JSON Lines with a ``text`` field, Parquet with a ``text`` column, or a folder saved by
+    ``datasets``). It is tokenized once (``cli.py prepare``, or the first run) into a token store that every
+    later run and process reads window by window, so memory does not grow with the corpus.
+
     Args:
-        corpus: which text; ``default`` needs no download.
-        tokenizer: ``char`` or byte-level ``bpe``, fitted on the training part only.
+        corpus: which text; ``default`` needs no download; ``files``: the ``*_files`` below.
+        tokenizer: ``char`` or byte-level ``bpe``, fitted on the training part only (for ``files``, on about
+            ``tokenizer_sample_bytes`` of it, spread over the files).
         bpe_vocab_size: BPE vocabulary size, specials included.
         seq_len: training window length T.
         eval_lengths: validation window lengths; default ``[1, 2, 4, 8]`` times ``seq_len``.
@@ -192,6 +208,12 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
             splits keep meaning what they measured) or ``held_out`` (WikiText-2's official test file; else
             the second half of the validation text, the first half staying validation). Training text is
             the same either way.
+        train_files: ``corpus: files``: the training text, a path or glob or a list of them.
+        val_files: the validation text; unset: the training tokens' last tenth.
+        test_files: the held-out test text (``test_split: held_out``); unset: the validation tokens' second half.
+        token_store: the token store's folder; unset: one under ``cache_dir/token_stores`` named by a digest of
+            the files' contents and the tokenizer settings (a changed file makes a new store).
+        tokenizer_sample_bytes: how much training text a tokenizer for ``files`` is fitted on.
         **kwargs: ``seed``, ``num_workers``, ``data_dir``, ``cache_dir``: see :class:`SuiteDataModule`.
     """
 
@@ -208,6 +230,11 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
         predict_file: str | None = None,
         tokenizer_file: str | None = None,
         test_split: TestSplit = "val",
+        train_files: str | list[str] | None = None,
+        val_files: str | list[str] | None = None,
+        test_files: str | list[str] | None = None,
+        token_store: str | None = None,
+        tokenizer_sample_bytes: PositiveInt = 10_000_000,
         **kwargs,
     ) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
@@ -217,13 +244,48 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
         self.train_batches_per_epoch = train_batches_per_epoch
         self.predict_file, self.tokenizer_file = predict_file, tokenizer_file
         self.test_split = checked_test_split(test_split)
+        self.files = {"train": train_files, "val": val_files, "test": test_files}
+        self.token_store, self.tokenizer_sample_bytes = token_store, tokenizer_sample_bytes
+        given = [f"data.{split}_files" for split, value in self.files.items() if value]
+        if corpus == FILES and not train_files:
+            raise ConfigError("data.corpus=files needs data.train_files: a path or glob of your training text")
+        if corpus != FILES and given:
+            raise ConfigError(f"{', '.join(given)} given with data.corpus={corpus}; set data.corpus=files to use them")
 
     @cached_property
     def _corpus(self) -> Corpus:
         return CORPORA[self.corpus](self.data_dir, self.cache_dir)
 
     @cached_property
+    def _sources(self) -> dict[str, list[Source]]:
+        return {split: sources(value, split) for split, value in self.files.items() if value}
+
+    @cached_property
+    def _store(self) -> TokenStore:
+        tokenizer_spec = (
+            {"file": sha256_file(self.tokenizer_file)} if self.tokenizer_file
+            else {"kind": self.tokenizer_name, "sample_bytes": self.tokenizer_sample_bytes}
+            | ({"vocab_size": self.bpe_vocab_size} if self.tokenizer_name == "bpe" else {})
+        )  # fmt: skip
+        split_sources = self._sources
+        default = Path(self.cache_dir) / "token_stores" / store_key(split_sources, tokenizer_spec)
+        held_out = "val" not in split_sources
+
+        def fit() -> Tokenizer:
+            sample = list(sample_for_tokenizer(split_sources["train"], self.tokenizer_sample_bytes, held_out))
+            return build_tokenizer(self.tokenizer_name, sample, self.bpe_vocab_size)
+
+        return open_store(
+            Path(self.token_store) if self.token_store else default, split_sources, make_tokenizer=fit,
+            given=load_tokenizer(self.tokenizer_file, self.tokenizer_name) if self.tokenizer_file else None,
+            given_name=f"data.tokenizer_file {self.tokenizer_file}",
+            workers=len(os.sched_getaffinity(0)),
+        )  # fmt: skip
+
+    @cached_property
     def tokenizer(self) -> Tokenizer:
+        if self.corpus == FILES:
+            return self._store.tokenizer
         # a saved tokenizer needs no corpus: predicting from `predict_file` then reads no data at all
         if self.tokenizer_file:
             return load_tokenizer(self.tokenizer_file, self.tokenizer_name)
@@ -233,6 +295,8 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
     @cached_property
     def _data(self) -> _Tokenized:
         # built on first use (a property read by the CLI, prepare_data or setup), then kept in memory
+        if self.corpus == FILES:
+            return self._stored()
         corpus, tok = self._corpus, self.tokenizer
         train_lines = corpus.train.splitlines(keepends=True)
 
@@ -245,6 +309,30 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
         test_ids = None if test is None else as_tensor(test.splitlines(keepends=True))
         return _Tokenized(tok, as_tensor(train_lines), as_tensor(val.splitlines(keepends=True)), test_ids,
                           corpus.sha256, split_sha256)  # fmt: skip
+
+    def _stored(self) -> _Tokenized:
+        """The splits of `corpus: files`, read from the token store window by window."""
+        store, split_sources = self._store, self._sources
+        train, val, test = (store.split(name) for name in ("train", "val", "test"))
+        names = {split: ", ".join(str(s.path) for s in files) for split, files in split_sources.items()}
+        if len(train) < self.seq_len + 1:
+            raise ValueError(
+                f"data.train_files ({names['train']}) hold {len(train)} training tokens, fewer than one window of "
+                f"seq_len + 1 = {self.seq_len + 1}; add text or lower data.seq_len"
+            )
+        digest = lambda *parts: hashlib.sha256(json.dumps(parts).encode()).hexdigest()  # noqa: E731
+        checksums = {split: [s.sha256 for s in files] for split, files in split_sources.items()}
+        val_from = checksums.get("val") or ["last tenth of", checksums["train"]]
+        split_sha256 = {"train": digest(checksums["train"], "val" in checksums), "val": digest(val_from)}
+        if self.test_split == "val":
+            test = None
+        elif test is None:  # the validation tokens' second half is the test split
+            half = len(val) // 2
+            val, test = val.part(0, half), val.part(half, len(val))
+            split_sha256 |= {"val": digest(val_from, "first half"), "test": digest(val_from, "second half")}
+        else:
+            split_sha256["test"] = digest(checksums["test"])
+        return _Tokenized(store.tokenizer, train, val, test, digest(checksums), split_sha256)
 
     @property
     def data_checksum(self) -> str:
@@ -308,6 +396,12 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
             texts, source = read_lines(self.predict_file), f"predict_file {self.predict_file}"
         else:
             # at most half a training window: a prompt leaves room for what a model with learned positions adds
-            texts = text_prompts(self._corpus.val, chars=min(PROMPT_CHARS, self.seq_len // 2))
+            texts = text_prompts(self._val_text(), chars=min(PROMPT_CHARS, self.seq_len // 2))
             source = "default prompts (validation text)"
         return self._eval_loader(encode_inputs(self.tokenizer, texts, source), collate_fn=collate_lists)
+
+    def _val_text(self) -> str:
+        """Validation text to take default prompts from (a store's: its first tokens, decoded)."""
+        if self.corpus == FILES:
+            return self.tokenizer.decode(self._data.val_ids[:PROMPT_TEXT_TOKENS].tolist())
+        return self._corpus.val

@@ -234,6 +234,42 @@ class BPETokenizer(_Specials):
         return cls(hf)
 
 
+class PretrainedTokenizer(BPETokenizer):
+    """Any Hugging Face ``tokenizers`` file (``tokenizer.json``, e.g. GPT-2's or Llama's) with its own ids.
+
+    Its special tokens keep their ids; each role (pad, mask, bos, eos) is the first of its usual spellings the
+    vocabulary has, else the end-of-text token (a causal LM needs none of them; a masked LM needs a mask token).
+
+    Args:
+        tokenizer: the loaded ``tokenizers.Tokenizer``.
+    """
+
+    ROLES = {
+        "eos_id": ("</s>", "<eos>", "<|endoftext|>", "<|end_of_text|>", "[SEP]"),
+        "bos_id": ("<s>", "<bos>", "<|begin_of_text|>", "[CLS]", "<|endoftext|>"),
+        "pad_id": ("<pad>", "[PAD]", "<|pad|>"),
+        "mask_id": ("<mask>", "[MASK]"),
+        "unk_id": ("<unk>", "[UNK]"),
+    }
+
+    def __init__(self, tokenizer: HFTokenizer) -> None:
+        super().__init__(tokenizer)
+        found = {role: next((i for t in names if (i := tokenizer.token_to_id(t)) is not None), None)
+                 for role, names in self.ROLES.items()}  # fmt: skip
+        fallback = found["eos_id"] if found["eos_id"] is not None else 0
+        for role, token_id in found.items():
+            setattr(self, role, fallback if token_id is None else token_id)
+        self.special_ids = sorted({*found.values()} - {None})  # type: ignore[arg-type]
+        self.mask_token = tokenizer.id_to_token(self.mask_id) or SPECIAL_TOKENS[MASK_ID]
+
+    def to_dict(self) -> dict[str, Any]:
+        return {"kind": "pretrained", "tokenizer": json.loads(self.hf.to_str())}
+
+    @classmethod
+    def from_dict(cls, data: dict[str, Any]) -> "PretrainedTokenizer":
+        return cls(HFTokenizer.from_str(json.dumps(data["tokenizer"])))
+
+
 TokenizerName = Literal["char", "word", "bpe"]
 TOKENIZERS: dict[TokenizerName, type[CharTokenizer | WordTokenizer | BPETokenizer]] = {
     "char": CharTokenizer,
@@ -241,6 +277,18 @@ TOKENIZERS: dict[TokenizerName, type[CharTokenizer | WordTokenizer | BPETokenize
     "bpe": BPETokenizer,
 }
 assert set(TOKENIZERS) == set(get_args(TokenizerName))
+
+
+# every kind a saved tokenizer can be: the fitted ones, and a user's own `tokenizers` file
+SAVED_KINDS: dict[str, type[CharTokenizer | WordTokenizer | BPETokenizer]] = {
+    **TOKENIZERS,
+    "pretrained": PretrainedTokenizer,
+}
+
+
+def tokenizer_from_dict(data: dict[str, Any]) -> Tokenizer:
+    """A tokenizer from its ``to_dict`` form."""
+    return SAVED_KINDS[data["kind"]].from_dict(data)
 
 
 def build_tokenizer(name: TokenizerName, texts: Sequence[str], vocab_size: int) -> Tokenizer:
@@ -260,18 +308,25 @@ def load_tokenizer(path: str | Path, expected: TokenizerName | None = None) -> T
         raise FileNotFoundError(f"tokenizer_file {path} does not exist; a run saves its tokenizer as tokenizer.json")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
+        if isinstance(data, dict) and "model" in data and "kind" not in data:  # a `tokenizers` file of one's own
+            data = {"kind": "pretrained", "tokenizer": data}
         kind = data["kind"]
     except (ValueError, KeyError, TypeError) as e:
-        raise ValueError(f"tokenizer_file {path} is not a saved tokenizer (JSON with a 'kind'): {e}") from e
-    if kind not in TOKENIZERS:
-        raise ValueError(f"tokenizer_file {path}: kind {kind!r} is not one of {', '.join(map(repr, TOKENIZERS))}")
-    if expected is not None and kind != expected:
+        raise ValueError(
+            f"tokenizer_file {path} is neither a run's tokenizer.json (JSON with a 'kind') nor a `tokenizers` "
+            f"file (JSON with a 'model'): {e}"
+        ) from e
+    if kind not in SAVED_KINDS:
+        raise ValueError(f"tokenizer_file {path}: kind {kind!r} is not one of {', '.join(map(repr, SAVED_KINDS))}")
+    if kind == "pretrained" and expected not in (None, "bpe"):
+        raise ValueError(f"tokenizer_file {path} is a subword `tokenizers` file; set tokenizer: bpe to use it")
+    if expected is not None and kind not in (expected, "pretrained"):
         raise ValueError(
             f"tokenizer_file {path} holds a {kind!r} tokenizer but the data is configured with tokenizer={expected!r}; "
             f"set tokenizer: {kind} (the run's) or drop tokenizer_file"
         )
     try:
-        return TOKENIZERS[kind].from_dict(data)
+        return SAVED_KINDS[kind].from_dict(data)
     except (ValueError, KeyError, TypeError) as e:
         raise ValueError(f"tokenizer_file {path} is not a valid {kind!r} tokenizer: {e}") from e
 

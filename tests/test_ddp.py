@@ -169,3 +169,59 @@ def test_a_divergence_on_any_process_stops_every_process_once(tmp_path):
     info = json.loads((run / "run.json").read_text())
     assert info["status"] == "diverged" and info["diverged_at_step"] < STEPS
     assert info["steps"] == info["diverged_at_step"]
+
+
+@pytest.fixture(scope="module")
+def own_text(tmp_path_factory) -> tuple[Path, list[str]]:
+    """A user's corpus of text files (Tiny Shakespeare's words, shuffled: generated here) and the flags that train
+    the GPT on it, epochs of 10 steps so that a resume lands mid-epoch."""
+    import random
+
+    root = tmp_path_factory.mktemp("own_text")
+    rng = random.Random(0)
+    words = "thou art more lovely and temperate rough winds do shake the darling buds of may".split()
+    for i in range(3):
+        lines = (" ".join(rng.choice(words) for _ in range(rng.randint(4, 14))) for _ in range(600))
+        (root / f"part{i}.txt").write_text("\n".join(lines) + "\n")
+    flags = ["--data.corpus=files", f"--data.train_files={root}/part*.txt", f"--data.cache_dir={root}/cache",
+             "--data.train_batches_per_epoch=10"]  # fmt: skip
+    return root, flags
+
+
+def test_a_token_store_trains_alike_on_one_or_two_processes_with_loader_workers(own_text):
+    root, flags = own_text
+    one = read_scalars(fit("gpt", 1, root / "one", *flags))
+    two = read_scalars(fit("gpt", 2, root / "two", *flags, "--data.num_workers=2"))
+    assert sorted(one.curves["train/loss"]) == list(range(STEPS))
+    for step, value in one.curves["train/loss"].items():
+        assert two.curves["train/loss"][step] == pytest.approx(value, rel=1e-4), f"train/loss at step {step}"
+    assert two.last("val/loss") == pytest.approx(one.last("val/loss"), rel=1e-4)
+    assert len([p for p in (root / "cache" / "token_stores").iterdir() if p.is_dir()]) == 1  # tokenized once
+
+
+def test_a_run_on_a_token_store_killed_mid_epoch_resumes_with_the_same_batches(own_text):
+    root, flags = own_text
+    whole = read_scalars(fit("gpt", 1, root / "whole", *flags))
+    checkpoints = root / "killed" / "checkpoints"
+    command = fit_command("gpt", 1, root / "killed", *flags, "--data.num_workers=2",
+                          "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+                          "--trainer.callbacks.every_n_train_steps=13", "--trainer.callbacks.save_last=true",
+                          f"--trainer.callbacks.dirpath={checkpoints}")  # fmt: skip
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    first = subprocess.Popen(command, cwd=ROOT, env=env, start_new_session=True,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)  # fmt: skip
+    deadline = time.monotonic() + 240
+    while not (checkpoints / "last.ckpt").exists():
+        assert first.poll() is None and time.monotonic() < deadline, "no checkpoint"
+        time.sleep(0.01)
+    os.killpg(first.pid, signal.SIGKILL)  # mid-epoch: step 13 of epochs of 10
+    first.wait()
+    time.sleep(0.2)
+    run = root / "killed" / "lightning_logs" / "run"
+    assert json.loads((run / "run.json").read_text())["status"] == "running", "finished before the kill"
+    resumed = subprocess.run([*command, f"--ckpt_path={checkpoints / 'last.ckpt'}"], cwd=ROOT, env=env,
+                             capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    again = read_scalars(run)
+    for step in range(13, STEPS):  # every step after the restore trained on the uninterrupted run's batch
+        assert again.curves["train/loss"][step] == pytest.approx(whole.curves["train/loss"][step], rel=1e-5), step

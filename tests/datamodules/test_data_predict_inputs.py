@@ -31,7 +31,7 @@ def test_a_saved_tokenizer_of_another_kind_or_form_is_refused(tmp_path) -> None:
     with pytest.raises(ValueError, match=r"holds a 'char' tokenizer but the data is configured with tokenizer='bpe'"):
         load_tokenizer(path, "bpe")
     path.write_text("not json")
-    with pytest.raises(ValueError, match="is not a saved tokenizer"):
+    with pytest.raises(ValueError, match="is neither a run.s tokenizer.json .* nor a `tokenizers` file"):
         load_tokenizer(path)
     path.write_text(json.dumps({"kind": "char", "tokens": ["a", "b"]}))
     with pytest.raises(ValueError, match="not the specials"):

@@ -134,6 +134,25 @@ def test_restored_run_resumes_mid_epoch_for_every_epoch_sampled_datamodule():
         assert len(list(loader)) == len(batches)  # the skip happens once; the next epoch is whole
 
 
+@pytest.mark.parametrize("make", [lambda: ImageDataModule(batch_size=32), lambda: TextDataModule(batch_size=4,
+                                  seq_len=16, train_batches_per_epoch=16)], ids=["epoch_sampled", "index_sampled"])
+def test_a_restored_loader_with_workers_starts_in_its_epoch_before_lightning_sets_it(make):
+    """Loader workers prefetch indices as Lightning creates a resumed epoch's iterator, before its `set_epoch`:
+    the restored loader must already be in the restored epoch (it was in epoch 0: another run's batches)."""
+    from types import SimpleNamespace
+
+    fresh = make()
+    fresh_loader = fresh.train_dataloader()
+    fresh_loader.batch_sampler.sampler.set_epoch(1)
+    expected = list(fresh_loader)[3]
+    restored = make()
+    restored.num_workers = 2
+    restored.trainer = SimpleNamespace(global_step=len(fresh_loader) + 3, accumulate_grad_batches=1, current_epoch=1,
+                                       global_rank=0, world_size=1)  # fmt: skip
+    got = next(iter(restored.train_dataloader()))  # no set_epoch: as Lightning's resumed iterator starts
+    assert all(torch.equal(expected[k], got[k]) for k in expected if isinstance(expected[k], torch.Tensor))
+
+
 @pytest.mark.parametrize("world", [1, 2, 3])
 @pytest.mark.parametrize("n, batch", [(10, 4), (12, 4), (5, 2), (3, 8)])
 def test_round_robin_evaluates_every_example_once(n, batch, world):

@@ -13,7 +13,7 @@ def batches(loader, n: int = 2) -> list[dict[str, torch.Tensor]]:
 
 
 def test_corpus_registry_matches_literal() -> None:
-    assert set(CORPORA) == set(get_args(CorpusName))
+    assert set(CORPORA) | {"files"} == set(get_args(CorpusName))
 
 
 def test_properties_available_right_after_init() -> None:
