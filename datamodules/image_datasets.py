@@ -14,15 +14,20 @@ from torch.utils.data import Dataset, default_collate
 from torchvision import datasets as tv_datasets
 from torchvision.transforms import v2
 
-ImageDatasetName = Literal["digits", "cifar10", "mnist", "fashion_mnist"]
+# `folder`: the user's own class-subfolder tree (`datamodules.image_folder`)
+ImageDatasetName = Literal["digits", "cifar10", "mnist", "fashion_mnist", "folder"]
+FOLDER: ImageDatasetName = "folder"
 
 
 @dataclass(frozen=True)
 class ImageArrays:
-    """Raw images as uint8 (N, C, H, W) with integer labels; ``test`` is None without an official split."""
+    """Raw images as uint8 (N, C, H, W) (or a sequence of them read from files) with integer labels; ``test`` is
+    None without an official split."""
 
     train: tuple[Tensor, Tensor]
     test: tuple[Tensor, Tensor] | None
+    val_start: int | None = None  # an official validation split: ``train``'s images from this index on
+    sha256: str | None = None  # of the data, when the images are not in memory to hash
 
 
 def _load_digits(data_dir: str | None, cache_dir: str) -> ImageArrays:
@@ -87,7 +92,7 @@ IMAGE_DATASETS: dict[ImageDatasetName, ImageSpec] = {
                  "Ankle boot"),
     ),
 }
-assert set(IMAGE_DATASETS) == set(get_args(ImageDatasetName))
+assert set(IMAGE_DATASETS) | {FOLDER} == set(get_args(ImageDatasetName))
 
 
 class ImageTensors(Dataset[tuple[Tensor, int]]):

@@ -17,6 +17,7 @@ from torchvision.transforms import v2
 from contract.errors import ConfigError
 from datamodules.base import SuiteDataModule
 from datamodules.image_datasets import (
+    FOLDER,
     IMAGE_DATASETS,
     ImageArrays,
     ImageDatasetName,
@@ -25,6 +26,7 @@ from datamodules.image_datasets import (
     collate_images,
 )
 from datamodules.image_files import image_paths, read_image
+from datamodules.image_folder import folder_spec, load_folders
 from datamodules.image_recipe import RecipeTransform, TrainRecipe
 from datamodules.predict_inputs import DEFAULT_INPUTS
 
@@ -48,8 +50,13 @@ class ImageDataModule(SuiteDataModule):
     ``predict_dataloader`` (``cli.py predict``) adds ``index`` and ``input`` (the image's name) to the batches;
     ``labels`` is -1 for an image file.
 
+    ``dataset: folder`` trains on the user's own images: ``train_dir`` (and optionally ``val_dir``, ``test_dir``),
+    each a folder of class subfolders as torchvision's ``ImageFolder`` reads them (``train/cat/001.jpg``), decoded
+    as RGB at ``image_side`` when a batch needs them; without ``val_dir`` (``test_dir``), a stratified
+    ``val_fraction`` (15%) of the training images is held out, as for digits.
+
     Args:
-        dataset: ``digits`` (offline) or a torchvision dataset.
+        dataset: ``digits`` (offline), a torchvision dataset, or ``folder`` (the ``*_dir`` below).
         batch_size: images per batch.
         augment: random crop (padding 4) and horizontal flip on training images; datasets without an
             augmentation in :data:`IMAGE_DATASETS` (all but cifar10) ignore it.
@@ -64,6 +71,10 @@ class ImageDataModule(SuiteDataModule):
         predict_file: an image, or a folder of images (the files with an image suffix), for ``cli.py predict``:
             converted to the dataset's channels, resized to its side, pixel values read as the dataset's
             (digits and MNIST: bright strokes on black); unset: the first 4 test images.
+        train_dir: ``dataset: folder``: the training images' folder of class subfolders.
+        val_dir: the validation images (the same class subfolders); unset: held out of the training images.
+        test_dir: the test images; unset: held out of the training images.
+        image_side: ``dataset: folder``: images are resized to ``image_side`` x ``image_side``.
         **kwargs: ``seed``, ``num_workers``, ``data_dir``, ``cache_dir``: see :class:`SuiteDataModule`.
     """
 
@@ -76,12 +87,22 @@ class ImageDataModule(SuiteDataModule):
         predict_file: str | None = None,
         recipe: TrainRecipe = TrainRecipe(),
         eval_image_sizes: list[int] | None = None,
+        train_dir: str | None = None,
+        val_dir: str | None = None,
+        test_dir: str | None = None,
+        image_side: PositiveInt = 32,
         **kwargs,
     ) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         self.dataset, self.augment, self.val_fraction = dataset, augment, val_fraction
         self.predict_file, self.recipe = predict_file, recipe
-        self.spec = IMAGE_DATASETS[dataset]
+        self.dirs = {"train": train_dir, "val": val_dir, "test": test_dir}
+        given = [f"data.{split}_dir" for split, folder in self.dirs.items() if folder]
+        if dataset == FOLDER and not train_dir:
+            raise ConfigError("data.dataset=folder needs data.train_dir: a folder of class subfolders of images")
+        if dataset != FOLDER and given:
+            raise ConfigError(f"{', '.join(given)} given with data.dataset={dataset}; set data.dataset=folder")
+        self.spec = folder_spec(train_dir, image_side) if dataset == FOLDER else IMAGE_DATASETS[dataset]
         if eval_image_sizes is not None and any(side < 1 for side in eval_image_sizes):
             raise ConfigError(f"data.eval_image_sizes={eval_image_sizes}: every side must be a positive integer")
         self.eval_image_sizes = list(eval_image_sizes) if eval_image_sizes else None
@@ -110,23 +131,30 @@ class ImageDataModule(SuiteDataModule):
 
     @cached_property
     def _arrays(self) -> ImageArrays:
+        if self.dataset == FOLDER:
+            return load_folders(self.dirs, self.spec)
         return self.spec.load(self.data_dir, self.cache_dir)
 
     @cached_property
     def splits(self) -> dict[str, np.ndarray]:
         """Indices into the official train set (train, val, and test for digits) or test set (test)."""
         x, y = self._arrays.train
-        indices = np.arange(len(y))
+        val_start = self._arrays.val_start
+        indices = np.arange(len(y) if val_start is None else val_start)
         if self._arrays.test is None:
-            indices, test = _stratified(y, indices, round(DIGITS_TEST_FRACTION * len(y)), self.seed)
+            indices, test = _stratified(y, indices, round(DIGITS_TEST_FRACTION * len(indices)), self.seed)
         else:
             test = np.arange(len(self._arrays.test[1]))
+        if val_start is not None:  # an official validation split
+            return {"train": indices, "val": np.arange(val_start, len(y)), "test": test}
         train, val = _stratified(y, indices, round(self.val_fraction * len(y)), self.seed)
         return {"train": train, "val": val, "test": test}
 
     @cached_property
     def data_checksum(self) -> str:
-        """SHA-256 (hex) of the raw images and labels (train, then test)."""
+        """SHA-256 (hex) of the raw images and labels (train, then test); a folder's: of its files' paths and sizes."""
+        if self._arrays.sha256 is not None:
+            return self._arrays.sha256
         digest = hashlib.sha256()
         for x, y in filter(None, (self._arrays.train, self._arrays.test)):
             digest.update(x.numpy().tobytes())

@@ -1,11 +1,9 @@
 """Sequence-to-sequence pairs: SCAN (generated) and Multi30k De→En (downloaded)."""
 
-import gzip
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property, partial
 from itertools import repeat
-from pathlib import Path
 from typing import Literal, get_args
 
 import torch
@@ -13,15 +11,19 @@ from jsonargparse.typing import PositiveInt
 from torch import Tensor
 from torch.utils.data import DataLoader
 
+from contract.errors import ConfigError
 from contract.labels import IGNORE_INDEX
 from datamodules.base import SuiteDataModule, TestSplit, checked_test_split
 from datamodules.download import resolve, sha256_bytes
+from datamodules.parallel_files import parallel_splits, read_aligned_lines
 from datamodules.predict_inputs import DEFAULT_INPUTS, encode_inputs, read_lines
 from datamodules.sampling import BucketBatchSampler, EpochSampler, ResumeBatches, batches_done_this_epoch, generator
 from datamodules.scan import SCAN_SPLITS, Pair, ScanSplitName, all_pairs
 from datamodules.tokenization import Tokenizer, TokenizerFields, build_tokenizer, load_tokenizer
 
-TranslationDatasetName = Literal["scan", "multi30k"]
+# `files`: the user's own parallel text (`datamodules.parallel_files`), a joint BPE by default
+TranslationDatasetName = Literal["scan", "multi30k", "files"]
+FILES: TranslationDatasetName = "files"
 TranslationTokenizerName = Literal["word", "bpe"]
 
 
@@ -67,14 +69,6 @@ MULTI30K_SHA256 = {
 }
 
 
-def read_aligned_lines(path: str | Path) -> list[str]:
-    """A parallel corpus file's lines (`.gz` read as gzip), blank ones kept: line i pairs with line i of the
-    other side. Split on "\n" only: str.splitlines would also split on U+2028 etc. and break the alignment."""
-    opener = gzip.open if str(path).endswith(".gz") else open
-    with opener(path, "rt", encoding="utf-8") as f:
-        return f.read().removesuffix("\n").split("\n")
-
-
 def _load_multi30k(split: ScanSplitName, seed: int, data_dir: str | None, cache_dir: str) -> PairSplits:
     """Multi30k task 1, German → English: 29,000 / 1,014 / 1,000 (test 2016 Flickr) pairs.
     ``split`` and ``seed`` do not apply: the splits are the official ones. The checksum is the
@@ -105,7 +99,7 @@ DATASETS: dict[TranslationDatasetName, _DatasetSpec] = {
     "scan": _DatasetSpec(_load_scan, "word", held_out_validation),
     "multi30k": _DatasetSpec(_load_multi30k, "bpe", lambda pairs, seed: pairs),  # official, disjoint splits
 }
-assert set(DATASETS) == set(get_args(TranslationDatasetName))
+assert set(DATASETS) | {FILES} == set(get_args(TranslationDatasetName))
 
 Example = tuple[list[int], list[int], str]  # (source ids, target ids, target text)
 
@@ -157,8 +151,12 @@ class TranslationDataModule(TokenizerFields, SuiteDataModule):
     reference, ``""`` when unknown) and ``index``: the lines of ``predict_file`` or, unset, the first validation
     sources with their references.
 
+    ``dataset: files`` trains on the user's own parallel text: ``train_files`` (and optionally ``val_files``,
+    ``test_files``), each ``[source file, target file]`` of aligned lines; a split without files is a seeded 1,000
+    of the training pairs (a tenth if fewer), held out.
+
     Args:
-        dataset: ``scan`` (generated) or ``multi30k`` (German → English).
+        dataset: ``scan`` (generated), ``multi30k`` (German → English) or ``files`` (the ``*_files`` below).
         split: SCAN split (``simple`` seeded 80/20, ``length`` ≤ 22 actions, ``cutoff26`` ≤ 26
             actions); ignored by multi30k.
         tokenizer: ``word`` or byte-level ``bpe``, one vocabulary shared by source and target and
@@ -173,6 +171,9 @@ class TranslationDataModule(TokenizerFields, SuiteDataModule):
         test_split: ``val`` (what runs before held-out splits measured) or ``held_out``: for SCAN, validation
             drawn from the training pairs instead of the test pairs (what a tuned sweep needs); multi30k's
             official validation and test splits are disjoint either way.
+        train_files: ``dataset: files``: ``[source, target]`` training files (``.gz`` read as gzip).
+        val_files: ``[source, target]`` validation files; unset: held out of the training pairs.
+        test_files: ``[source, target]`` test files; unset: held out of the training pairs.
         **kwargs: ``seed``, ``num_workers``, ``data_dir``, ``cache_dir``: see :class:`SuiteDataModule`.
     """
 
@@ -187,17 +188,31 @@ class TranslationDataModule(TokenizerFields, SuiteDataModule):
         predict_file: str | None = None,
         tokenizer_file: str | None = None,
         test_split: TestSplit = "val",
+        train_files: list[str] | None = None,
+        val_files: list[str] | None = None,
+        test_files: list[str] | None = None,
         **kwargs,
     ) -> None:
         super().__init__(batch_size=batch_size, **kwargs)
         self.dataset, self.split = dataset, split
         self.test_split = checked_test_split(test_split)
-        self.tokenizer_name: TranslationTokenizerName = tokenizer or DATASETS[dataset].default_tokenizer
+        self.files = {"train": train_files, "val": val_files, "test": test_files}
+        given = [f"data.{name}_files" for name, paths in self.files.items() if paths]
+        if dataset == FILES and not train_files:
+            raise ConfigError("data.dataset=files needs data.train_files: [source file, target file]")
+        if dataset != FILES and given:
+            raise ConfigError(f"{', '.join(given)} given with data.dataset={dataset}; set data.dataset=files")
+        self.tokenizer_name: TranslationTokenizerName = tokenizer or (
+            "bpe" if dataset == FILES else DATASETS[dataset].default_tokenizer
+        )
         self.bpe_vocab_size, self.max_len = bpe_vocab_size, max_len
         self.predict_file, self.tokenizer_file = predict_file, tokenizer_file
 
     @cached_property
     def _pairs(self) -> PairSplits:
+        if self.dataset == FILES:  # disjoint splits whatever test_split says
+            splits, sha256 = parallel_splits(self.files, self.seed)
+            return PairSplits(splits["train"], splits["val"], splits["test"], sha256)
         pairs = DATASETS[self.dataset].load(self.split, self.seed, self.data_dir, self.cache_dir)
         return DATASETS[self.dataset].held_out(pairs, self.seed) if self.test_split == "held_out" else pairs
 

@@ -13,7 +13,7 @@ from datamodules.images import ImageDataModule
 
 
 def test_registry_matches_literal() -> None:
-    assert set(IMAGE_DATASETS) == set(get_args(ImageDatasetName))
+    assert set(IMAGE_DATASETS) | {"folder"} == set(get_args(ImageDatasetName))
 
 
 @pytest.mark.parametrize(("name", "meta"), [("digits", (10, 8, 1)), ("cifar10", (10, 32, 3)), ("mnist", (10, 28, 1))])
