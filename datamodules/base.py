@@ -30,6 +30,24 @@ def checked_test_split(value: Any) -> TestSplit:
     return value
 
 
+def check_own_data(field: str, value: str, own: str, paths: dict[str, Any], what: str) -> None:
+    """The user's own data is asked for both ways or not at all: ``data.<field>=<own>`` needs the training paths
+    (``what`` says what they are), and paths given need ``data.<field>=<own>``.
+
+    Args:
+        field: the DataModule's name field (``corpus``, ``dataset``).
+        value: its value.
+        own: the value that reads the user's own data (``files``, ``folder``).
+        paths: each path flag (``train_files``, ``val_dir``, ...) and its value; the first is required.
+    """
+    required = next(iter(paths))
+    if value == own and not paths[required]:
+        raise ConfigError(f"data.{field}={own} needs data.{required}: {what}")
+    given = [f"data.{key}" for key, path in paths.items() if path]
+    if value != own and given:
+        raise ConfigError(f"{', '.join(given)} given with data.{field}={value}; set data.{field}={own} to use them")
+
+
 class SuiteDataModule(pl.LightningDataModule):
     """Batch size, seed, workers and data location, shared by every DataModule.
 

@@ -15,7 +15,7 @@ from torch.utils.data import DataLoader, Subset
 from torchvision.transforms import v2
 
 from contract.errors import ConfigError
-from datamodules.base import SuiteDataModule
+from datamodules.base import SuiteDataModule, check_own_data
 from datamodules.image_datasets import (
     FOLDER,
     IMAGE_DATASETS,
@@ -97,11 +97,8 @@ class ImageDataModule(SuiteDataModule):
         self.dataset, self.augment, self.val_fraction = dataset, augment, val_fraction
         self.predict_file, self.recipe = predict_file, recipe
         self.dirs = {"train": train_dir, "val": val_dir, "test": test_dir}
-        given = [f"data.{split}_dir" for split, folder in self.dirs.items() if folder]
-        if dataset == FOLDER and not train_dir:
-            raise ConfigError("data.dataset=folder needs data.train_dir: a folder of class subfolders of images")
-        if dataset != FOLDER and given:
-            raise ConfigError(f"{', '.join(given)} given with data.dataset={dataset}; set data.dataset=folder")
+        paths = {f"{split}_dir": folder for split, folder in self.dirs.items()}
+        check_own_data("dataset", dataset, FOLDER, paths, "a folder of class subfolders of images")
         self.spec = folder_spec(train_dir, image_side) if dataset == FOLDER else IMAGE_DATASETS[dataset]
         if eval_image_sizes is not None and any(side < 1 for side in eval_image_sizes):
             raise ConfigError(f"data.eval_image_sizes={eval_image_sizes}: every side must be a positive integer")

@@ -18,8 +18,7 @@ from jsonargparse.typing import PositiveInt
 from torch import Tensor
 from torch.utils.data import BatchSampler, DataLoader, Dataset
 
-from contract.errors import ConfigError
-from datamodules.base import SuiteDataModule, TestSplit, checked_test_split
+from datamodules.base import SuiteDataModule, TestSplit, check_own_data, checked_test_split
 from datamodules.download import resolve, sha256_bytes, sha256_file
 from datamodules.predict_inputs import PROMPT_CHARS, collate_lists, encode_inputs, read_lines, text_prompts
 from datamodules.sampling import GlobalIndexSampler, mix
@@ -246,11 +245,8 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
         self.test_split = checked_test_split(test_split)
         self.files = {"train": train_files, "val": val_files, "test": test_files}
         self.token_store, self.tokenizer_sample_bytes = token_store, tokenizer_sample_bytes
-        given = [f"data.{split}_files" for split, value in self.files.items() if value]
-        if corpus == FILES and not train_files:
-            raise ConfigError("data.corpus=files needs data.train_files: a path or glob of your training text")
-        if corpus != FILES and given:
-            raise ConfigError(f"{', '.join(given)} given with data.corpus={corpus}; set data.corpus=files to use them")
+        paths = {f"{split}_files": value for split, value in self.files.items()}
+        check_own_data("corpus", corpus, FILES, paths, "a path or glob of your training text")
 
     @cached_property
     def _corpus(self) -> Corpus:

@@ -11,9 +11,8 @@ from jsonargparse.typing import PositiveInt
 from torch import Tensor
 from torch.utils.data import DataLoader
 
-from contract.errors import ConfigError
 from contract.labels import IGNORE_INDEX
-from datamodules.base import SuiteDataModule, TestSplit, checked_test_split
+from datamodules.base import SuiteDataModule, TestSplit, check_own_data, checked_test_split
 from datamodules.download import resolve, sha256_bytes
 from datamodules.parallel_files import parallel_splits, read_aligned_lines
 from datamodules.predict_inputs import DEFAULT_INPUTS, encode_inputs, read_lines
@@ -197,11 +196,8 @@ class TranslationDataModule(TokenizerFields, SuiteDataModule):
         self.dataset, self.split = dataset, split
         self.test_split = checked_test_split(test_split)
         self.files = {"train": train_files, "val": val_files, "test": test_files}
-        given = [f"data.{name}_files" for name, paths in self.files.items() if paths]
-        if dataset == FILES and not train_files:
-            raise ConfigError("data.dataset=files needs data.train_files: [source file, target file]")
-        if dataset != FILES and given:
-            raise ConfigError(f"{', '.join(given)} given with data.dataset={dataset}; set data.dataset=files")
+        paths = {f"{split}_files": files for split, files in self.files.items()}
+        check_own_data("dataset", dataset, FILES, paths, "[source file, target file]")
         self.tokenizer_name: TranslationTokenizerName = tokenizer or (
             "bpe" if dataset == FILES else DATASETS[dataset].default_tokenizer
         )

@@ -64,5 +64,5 @@ def test_bad_parallel_files_are_one_line_errors(parallel) -> None:
         TranslationDataModule(dataset="files", train_files=[str(short)]).prepare_data()
     with pytest.raises(ValueError, match="data.dataset=files needs data.train_files"):
         TranslationDataModule(dataset="files")
-    with pytest.raises(ValueError, match="set data.dataset=files"):
+    with pytest.raises(ValueError, match="set data.dataset=files to use them"):
         TranslationDataModule(train_files=files(parallel, "train"))
