@@ -56,6 +56,7 @@ SECTIONS = {
     "ddp": "experiments.bench.ddp",
     "startup": "experiments.bench.startup",
     "data": "experiments.bench.data",
+    "token_store": "experiments.bench.token_store",
     "checkpointing": "experiments.bench.checkpointing",
     "decoding": "experiments.bench.decoding",
     "compile": "experiments.bench.compile",

@@ -59,6 +59,7 @@ def test_every_target_has_a_verdict(smoke_report):
         "KV-cache",
         "ViT",
         "per-run overhead",
+        "token store",
     ):
         assert needle in names
     assert all(t["verdict"] in ("PASS", "FAIL", "n/a") for t in targets)
