@@ -264,7 +264,7 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
             | ({"vocab_size": self.bpe_vocab_size} if self.tokenizer_name == "bpe" else {})
         )  # fmt: skip
         split_sources = self._sources
-        default = Path(self.cache_dir) / "token_stores" / store_key(split_sources, tokenizer_spec)
+        default = Path(self.cache_dir).expanduser() / "token_stores" / store_key(split_sources, tokenizer_spec)
         held_out = "val" not in split_sources
 
         def fit() -> Tokenizer:
@@ -272,7 +272,7 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
             return build_tokenizer(self.tokenizer_name, sample, self.bpe_vocab_size)
 
         return open_store(
-            Path(self.token_store) if self.token_store else default, split_sources, make_tokenizer=fit,
+            Path(self.token_store).expanduser() if self.token_store else default, split_sources, make_tokenizer=fit,
             given=load_tokenizer(self.tokenizer_file, self.tokenizer_name) if self.tokenizer_file else None,
             given_name=f"data.tokenizer_file {self.tokenizer_file}",
             workers=len(os.sched_getaffinity(0)),

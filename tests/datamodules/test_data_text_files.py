@@ -216,3 +216,9 @@ def test_the_token_file_reads_any_window(tmp_path) -> None:
     assert array[10:20].tolist() == ids[10:20].tolist() and array[995:2000].tolist() == ids[995:].tolist()
     part = array.part(100, 200)
     assert len(part) == 100 and part[-5:].tolist() == ids[195:200].tolist() and part[:].dtype == torch.long
+
+
+def test_a_cache_dir_under_home_is_expanded(corpus, tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    dm = files_dm(corpus, cache_dir="~/cache")
+    assert dm._store.directory.parent == tmp_path / "home" / "cache" / "token_stores"
