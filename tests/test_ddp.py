@@ -172,9 +172,9 @@ def test_a_divergence_on_any_process_stops_every_process_once(tmp_path):
 
 
 @pytest.fixture(scope="module")
-def own_text(tmp_path_factory) -> tuple[Path, list[str]]:
-    """A user's corpus of text files (Tiny Shakespeare's words, shuffled: generated here) and the flags that train
-    the GPT on it, epochs of 10 steps so that a resume lands mid-epoch."""
+def own_text(tmp_path_factory) -> tuple[Path, list[str], Path]:
+    """A user's corpus of text files (Tiny Shakespeare's words, shuffled: generated here), the flags that train
+    the GPT on it (epochs of 10 steps, so that a resume lands mid-epoch) and a one-process run of them."""
     import random
 
     root = tmp_path_factory.mktemp("own_text")
@@ -185,12 +185,12 @@ def own_text(tmp_path_factory) -> tuple[Path, list[str]]:
         (root / f"part{i}.txt").write_text("\n".join(lines) + "\n")
     flags = ["--data.corpus=files", f"--data.train_files={root}/part*.txt", f"--data.cache_dir={root}/cache",
              "--data.train_batches_per_epoch=10"]  # fmt: skip
-    return root, flags
+    return root, flags, fit("gpt", 1, root / "one", *flags)
 
 
 def test_a_token_store_trains_alike_on_one_or_two_processes_with_loader_workers(own_text):
-    root, flags = own_text
-    one = read_scalars(fit("gpt", 1, root / "one", *flags))
+    root, flags, one_run = own_text
+    one = read_scalars(one_run)
     two = read_scalars(fit("gpt", 2, root / "two", *flags, "--data.num_workers=2"))
     assert sorted(one.curves["train/loss"]) == list(range(STEPS))
     for step, value in one.curves["train/loss"].items():
@@ -200,8 +200,8 @@ def test_a_token_store_trains_alike_on_one_or_two_processes_with_loader_workers(
 
 
 def test_a_run_on_a_token_store_killed_mid_epoch_resumes_with_the_same_batches(own_text):
-    root, flags = own_text
-    whole = read_scalars(fit("gpt", 1, root / "whole", *flags))
+    root, flags, whole_run = own_text
+    whole = read_scalars(whole_run)
     checkpoints = root / "killed" / "checkpoints"
     command = fit_command("gpt", 1, root / "killed", *flags, "--data.num_workers=2",
                           "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",

@@ -82,11 +82,12 @@ class Settings:
     ddp_reps: int = 3
     # data loading: steps timed
     data_steps: int = 20
-    # the token store: corpus MB (and how many times larger the second), loader batches timed, run steps
+    # the token store: corpus MB (and how many times larger the second), loader batches timed, run steps and runs
     store_mb: float = 8.0
     store_scale: int = 10
     loader_batches: int = 30
     rss_steps: int = 40
+    rss_reps: int = 2
     # activation checkpointing: depths of the GPT (the training section's other dimensions)
     ckpt_depths: tuple[int, ...] = (2, 4, 8)
     # decoding speed of the encoder-decoder: (encoder, decoder) depths at equal total depth, the
@@ -149,6 +150,7 @@ SMOKE = replace(
     store_scale=2,
     loader_batches=2,
     rss_steps=2,
+    rss_reps=1,
     ckpt_depths=(1, 2),
     dec_splits=((2, 2), (3, 1)),
     dec_vocab_size=64,

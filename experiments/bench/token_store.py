@@ -152,11 +152,11 @@ def run(ctx: Context) -> Section:
         section.tables.append(loader)
 
         memory = Table(["corpus", "training tokens", "peak RSS (MB), each run", "a tensor of its tokens (MB)"],
-                       title=f"Resident memory of a tiny GPT run ({s.rss_steps} steps) from the store; the "
-                             "lower of two interleaved runs is compared (one run's peak varies by ~50 MB)")  # fmt: skip
+                       title=f"Resident memory of a tiny GPT run ({s.rss_steps} steps) from the store; the lowest "
+                             f"of {s.rss_reps} interleaved runs is compared (a peak varies by ~50 MB)")  # fmt: skip
         sizes = {"1x": small, f"{s.store_scale}x": large}
         peaks: dict[str, list[float]] = {name: [] for name in sizes}
-        for rep in range(2):
+        for rep in range(s.rss_reps):
             for name, files in sizes.items():
                 peaks[name].append(peak_rss_mb(files, root / "cache", s.rss_steps, root / f"runs_{name}_{rep}"))
         for name, files in sizes.items():
