@@ -26,7 +26,7 @@ from torch import Tensor
 
 from contract.files import write_json_atomic
 from datamodules.text_files import Source, records
-from datamodules.tokenization import Tokenizer, tokenizer_from_dict
+from datamodules.tokenization import BPETokenizer, Tokenizer, tokenizer_from_dict
 
 log = logging.getLogger(__name__)
 
@@ -161,10 +161,10 @@ def _chunks(texts: Iterable[str]) -> Iterator[list[str]]:
 
 
 def _encoded_chunks(tokenizer: Tokenizer, texts: Iterable[str], workers: int) -> Iterator[np.ndarray]:
-    """Token ids of ``texts`` chunk by chunk, in order. A byte-level BPE encodes a chunk on all cores itself
+    """Token ids of ``texts`` chunk by chunk, in order. A `tokenizers` BPE encodes a chunk on all cores itself
     (the Rust library's thread pool); a character or word tokenizer is pure Python, so chunks go to ``workers``
     processes."""
-    if workers <= 1 or tokenizer.to_dict()["kind"] == "bpe":
+    if workers <= 1 or isinstance(tokenizer, BPETokenizer):  # a `tokenizers` file of one's own too
         yield from (_encode(tokenizer, chunk) for chunk in _chunks(texts))
         return
     context = multiprocessing.get_context("fork")  # the workers need the tokenizer only, not a fresh interpreter
