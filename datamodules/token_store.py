@@ -223,24 +223,35 @@ def open_store(
         given_name: where ``given`` came from, for that error.
         workers: processes that tokenize a character or word tokenizer's chunks.
     """
+    ready = _reuse(directory, split_sources, given, given_name)
+    if ready is not None:  # without the lock: a store on a read-only filesystem is read as it is
+        return ready
     directory.parent.mkdir(parents=True, exist_ok=True)
     with open(directory.with_name(f".{directory.name}.lock"), "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        manifest = _manifest(directory)
-        if manifest is not None and _same_sources(manifest, split_sources):
-            if given is not None and fingerprint(given) != manifest["tokenizer"]["sha256"]:
-                raise ValueError(
-                    f"token store {directory} was made by another tokenizer than {given_name} "
-                    f"({manifest['tokenizer']['kind']}, vocabulary {manifest['tokenizer']['vocab_size']}); "
-                    "point data.token_store at a new folder (or unset it) to tokenize again with this one"
-                )
-            return TokenStore(directory, manifest, given or _saved_tokenizer(directory))
-        if manifest is not None:
+        ready = _reuse(directory, split_sources, given, given_name)  # another process may have built it meanwhile
+        if ready is not None:
+            return ready
+        if _manifest(directory) is not None:
             log.warning("token store %s: its sources changed; tokenizing again", directory)
         tokenizer = given if given is not None else make_tokenizer()
         manifest = build(directory, split_sources, tokenizer, workers)
         log.info("token store %s: %s tokens in %.1f s", directory, manifest["tokens"], manifest["seconds"])
         return TokenStore(directory, manifest, tokenizer, built=True)
+
+
+def _reuse(directory: Path, split_sources: dict[str, list[Source]], given: Tokenizer | None, given_name: str):
+    """The store in ``directory`` if it was made from these sources (with ``given``, if any), else None."""
+    manifest = _manifest(directory)
+    if manifest is None or not _same_sources(manifest, split_sources):
+        return None
+    if given is not None and fingerprint(given) != manifest["tokenizer"]["sha256"]:
+        raise ValueError(
+            f"token store {directory} was made by another tokenizer than {given_name} "
+            f"({manifest['tokenizer']['kind']}, vocabulary {manifest['tokenizer']['vocab_size']}); "
+            "point data.token_store at a new folder (or unset it) to tokenize again with this one"
+        )
+    return TokenStore(directory, manifest, given or _saved_tokenizer(directory))
 
 
 def _manifest(directory: Path) -> dict | None:

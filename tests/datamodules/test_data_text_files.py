@@ -222,3 +222,13 @@ def test_a_cache_dir_under_home_is_expanded(corpus, tmp_path, monkeypatch) -> No
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     dm = files_dm(corpus, cache_dir="~/cache")
     assert dm._store.directory.parent == tmp_path / "home" / "cache" / "token_stores"
+
+
+def test_a_built_store_is_read_without_taking_its_lock(corpus, tmp_path, monkeypatch) -> None:
+    """A store on a read-only filesystem (a shared, prepared corpus) can be read: no lock file is made to read it."""
+    store = tmp_path / "shared" / "store"
+    built = files_dm(corpus, token_store=str(store))
+    assert built._store.built
+    monkeypatch.setattr(token_store.fcntl, "flock", lambda *a: pytest.fail("locked to read a built store"))
+    again = files_dm(corpus, token_store=str(store))
+    assert not again._store.built and torch.equal(again._data.val_ids[:], built._data.val_ids[:])
