@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from experiments.studies import ledger_figures as fig
+from experiments.studies.ffn_norm import ladder_verdict as ffn_ladder_verdict
 from experiments.studies.ffn_norm import pair_table
 from experiments.studies.mlm_positional import tuned_verdict as mlm_verdict
 from experiments.studies.norm_placement import loss_table
@@ -543,21 +544,22 @@ def test_readme_tables_are_their_scripts_output(study, spec, script, output, sho
 
 # (study, verdict script, its sweep folders in the order it takes them): a tuned study's verdict lines
 VERDICTS = [
-    ("norm_placement", norm_verdict, ("norm_placement_tuned",)),
-    ("mlm_positional", mlm_verdict, ("mlm_positional_tuned", "mlm_positional_tuned_scale")),
-    ("scan_length", scan_verdict, ("scan_length_tuned",)),
+    ("norm_placement", norm_verdict, ("norm_placement_tuned",), "tuned_verdict.md"),
+    ("mlm_positional", mlm_verdict, ("mlm_positional_tuned", "mlm_positional_tuned_scale"), "tuned_verdict.md"),
+    ("scan_length", scan_verdict, ("scan_length_tuned",), "tuned_verdict.md"),
+    ("ffn_norm", ffn_ladder_verdict, ("ffn_norm_ladder",), "ladder_verdict.md"),
 ]
 
 
-@pytest.mark.parametrize(("study", "script", "folders"), VERDICTS, ids=[v[0] for v in VERDICTS])
-def test_readme_verdicts_are_their_scripts_output(study, script, folders, monkeypatch):
-    """A tuned study's verdict lines are its script's output on the committed ledgers (the folders committed so
-    far), the committed tuned_verdict.md is that output, and the README quotes every line."""
+@pytest.mark.parametrize(("study", "script", "folders", "output"), VERDICTS, ids=[v[2][0] for v in VERDICTS])
+def test_readme_verdicts_are_their_scripts_output(study, script, folders, output, monkeypatch):
+    """A tuned study's (or ladder's) verdict lines are its script's output on the committed ledgers (the folders
+    committed so far), the committed verdict file is that output, and the README quotes every line."""
     monkeypatch.chdir(ROOT)
     sweeps = [results(study, f).relative_to(ROOT) for f in folders if (results(study, f) / "results.csv").exists()]
     lines = script.verdicts(*sweeps)
-    assert "\n".join(lines) + "\n" == (sweeps[0] / "tuned_verdict.md").read_text(), (
-        f"{sweeps[0]}/tuned_verdict.md is stale: re-run python -m {script.__name__} {' '.join(map(str, sweeps))}"
+    assert "\n".join(lines) + "\n" == (sweeps[0] / output).read_text(), (
+        f"{sweeps[0]}/{output} is stale: re-run python -m {script.__name__} {' '.join(map(str, sweeps))}"
     )
     readme = normalized((STUDIES / study / "README.md").read_text())
     missing = [line for line in lines if normalized(line.removeprefix("- ")) not in readme]
