@@ -9,7 +9,6 @@ from functools import cached_property
 import numpy as np
 import torch
 from jsonargparse.typing import PositiveInt
-from sklearn.model_selection import train_test_split
 from torch import Tensor
 from torch.utils.data import DataLoader, Subset
 from torchvision.transforms import v2
@@ -35,6 +34,10 @@ DIGITS_TEST_FRACTION = 0.15  # digits has no official test split: a stratified o
 
 def _stratified(labels: Tensor, indices: np.ndarray, size: int, seed: int) -> tuple[np.ndarray, np.ndarray]:
     """Split ``indices`` into (rest, held out ``size``), class proportions kept."""
+    # imported here: scikit-learn imports pandas when it is installed (`datasets` brings it), and pandas starts
+    # pyarrow's threads, which would keep a sweep's warm process (it imports the DataModules) from forking
+    from sklearn.model_selection import train_test_split
+
     rest, held = train_test_split(indices, test_size=size, stratify=labels[indices].numpy(), random_state=seed)
     return np.sort(rest), np.sort(held)
 
