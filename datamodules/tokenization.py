@@ -237,8 +237,9 @@ class BPETokenizer(_Specials):
 class PretrainedTokenizer(BPETokenizer):
     """Any Hugging Face ``tokenizers`` file (``tokenizer.json``, e.g. GPT-2's or Llama's) with its own ids.
 
-    Its special tokens keep their ids; each role (pad, mask, bos, eos) is the first of its usual spellings the
-    vocabulary has, else the end-of-text token (a causal LM needs none of them; a masked LM needs a mask token).
+    Its special tokens keep their ids; each role (pad, bos, eos) is the first of its usual spellings the
+    vocabulary has, else the end-of-text token (a causal LM needs none of them); without a mask token ``mask_id``
+    is None, which a masked LM refuses.
 
     Args:
         tokenizer: the loaded ``tokenizers.Tokenizer``.
@@ -258,9 +259,9 @@ class PretrainedTokenizer(BPETokenizer):
                  for role, names in self.ROLES.items()}  # fmt: skip
         fallback = found["eos_id"] if found["eos_id"] is not None else 0
         for role, token_id in found.items():
-            setattr(self, role, fallback if token_id is None else token_id)
+            setattr(self, role, fallback if token_id is None and role != "mask_id" else token_id)
         self.special_ids = sorted({*found.values()} - {None})  # type: ignore[arg-type]
-        self.mask_token = tokenizer.id_to_token(self.mask_id) or SPECIAL_TOKENS[MASK_ID]
+        self.mask_token = SPECIAL_TOKENS[MASK_ID] if self.mask_id is None else tokenizer.id_to_token(self.mask_id)
 
     def to_dict(self) -> dict[str, Any]:
         return {"kind": "pretrained", "tokenizer": json.loads(self.hf.to_str())}

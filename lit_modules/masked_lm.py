@@ -91,7 +91,13 @@ class MaskedLM(TaskModule):
         self.model = BertMLM(self.arch)
         self.masking, self.seed = masking, seed
         self.predict_top_k = check_top_k(predict_top_k)
-        self.mask_id = int(self.data_info.get("mask_token_id", 1))
+        mask_id = self.data_info.get("mask_token_id", 1)
+        if mask_id is None:
+            raise ConfigError(
+                "data: the tokenizer has no mask token (<mask> or [MASK]), which a masked LM needs; give a "
+                "data.tokenizer_file that has one, or let the suite fit its own (data.tokenizer: bpe or char)"
+            )
+        self.mask_id = int(mask_id)
         self.special_ids = list(self.data_info.get("special_token_ids", [0, 1, 2, 3]))
         self.val_loss = MeanMetric()
         self.val_acc = MulticlassAccuracy(self.arch.vocab_size, average="micro", ignore_index=IGNORE_INDEX)

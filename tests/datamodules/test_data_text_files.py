@@ -136,6 +136,7 @@ def test_any_tokenizers_file_is_accepted(corpus, tmp_path) -> None:
     hf.save(str(tmp_path / "tokenizer.json"))
     dm = files_dm(corpus, tokenizer="bpe", tokenizer_file=str(tmp_path / "tokenizer.json"))
     assert dm.vocab_size == hf.get_vocab_size() and dm.eos_token_id == hf.token_to_id("<|endoftext|>")
+    assert dm.mask_token_id is None  # no mask token in it: a masked LM refuses it (tests/lit_modules)
     assert dm._data.train_ids[:20].tolist() == hf.encode(corpus["dir"].joinpath("train0.txt").read_text()).ids[:20]
     assert load_tokenizer(tmp_path / "tokenizer.json").to_dict()["kind"] == "pretrained"
 

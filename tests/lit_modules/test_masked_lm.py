@@ -1,6 +1,8 @@
+import pytest
 import torch
 
-from lit_modules.masked_lm import MaskingConfig, mask_tokens
+from lit_modules.masked_lm import MaskedLM, MaskingConfig, mask_tokens
+from models.config import ArchConfig, ConfigError
 
 
 def _mask(seed: int, ids: torch.Tensor, cfg=MaskingConfig()):
@@ -59,3 +61,10 @@ def test_test_stage_logs_the_test_split(tmp_path):
     validate = cli_main(["validate", *args]).trainer.callback_metrics
     assert {"test/loss", "test/acc"} <= test.keys() and not any(k.startswith("val/") for k in test)
     assert test["test/loss"] != validate["val/loss"]  # other tokens, the same untrained model
+
+
+def test_a_tokenizer_without_a_mask_token_is_refused_by_the_masked_lm():
+    """A user's own `tokenizers` file without <mask> (GPT-2's) gives no mask id: the masked LM says so."""
+    arch = ArchConfig(vocab_size=50, d_model=16, n_layers=1, n_heads=2, max_seq_len=16)
+    with pytest.raises(ConfigError, match="the tokenizer has no mask token"):
+        MaskedLM(arch=arch, data_info={"vocab_size": 50, "mask_token_id": None})
