@@ -90,6 +90,8 @@ PRIVATE_OVERRIDES: dict[str, tuple[str, ...]] = {
 
 
 class SuiteCLI(LightningCLI):
+    usage_command: str | None = None  # the command a usage hint names (a tool built on this CLI sets its own)
+
     def add_arguments_to_parser(self, parser) -> None:
         # Linked when the DataModule is built (the vocabulary exists only then); the same link
         # runs again when a saved config.yaml is re-run, so the run is reproduced exactly.
@@ -187,10 +189,11 @@ def _words(args: Any) -> list[str]:
     return [str(a) for a in args] if isinstance(args, (list, tuple)) else []
 
 
-def usage_hint(words: list[str]) -> str:
+def usage_hint(words: list[str], command: str | None = None) -> str:
+    """argparse's usage line for `words`: the subcommand they name, or `command` (a tool's, e.g. `cli.py prepare`)."""
     subcommand = next((w for w in words if w in SUBCOMMANDS), None)
-    command = f"cli.py {subcommand}" if subcommand else "cli.py {fit,validate,test,predict}"
-    helped = f"cli.py {subcommand}" if subcommand else "cli.py"
+    command = command or (f"cli.py {subcommand}" if subcommand else "cli.py {fit,validate,test,predict}")
+    helped = command if command != "cli.py {fit,validate,test,predict}" else "cli.py"
     keys = f"{helped} --help: the keys; {DEBUG_VAR}=1: traceback"
     return f"usage: {command} [-c CONFIG.yaml ...] [--KEY VALUE ...]  ({keys})"
 
@@ -249,6 +252,6 @@ def cli_main(args: list[str] | None = None, run: bool = True, cli_class: type[Su
         if os.environ.get(DEBUG_VAR):
             raise
         # two lines, usage then error (argparse's order): the whole message is both its first and last lines
-        print(usage_hint(_words(args)), file=sys.stderr)
+        print(usage_hint(_words(args), cli_class.usage_command), file=sys.stderr)
         print("error: " + " ".join(str(err).split()), file=sys.stderr)
         raise SystemExit(2) from None

@@ -21,6 +21,8 @@ class PrepareCLI(SuiteCLI):
     """The suite's CLI, preparing the data as soon as the classes are built: what the DataModule raises there
     (a missing file, a bad record) is a one-line error, as in `fit`."""
 
+    usage_command = "cli.py prepare"
+
     def instantiate_classes(self) -> None:
         super().instantiate_classes()
         try:

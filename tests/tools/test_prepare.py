@@ -28,6 +28,8 @@ def test_prepare_reports_bad_files_in_one_line(tmp_path, capsys, monkeypatch):
     monkeypatch.chdir(cli.__file__.rsplit("/", 1)[0])
     with pytest.raises(SystemExit) as exit_:
         cli.main(["prepare", *CONFIGS, "--data.corpus=files", f"--data.train_files={tmp_path}/*.txt"])
-    assert exit_.value.code == 2 and capsys.readouterr().err.strip().splitlines()[-1] == (
+    usage, error = capsys.readouterr().err.strip().splitlines()[-2:]
+    assert exit_.value.code == 2 and error == (
         f"error: data: data.train_files: the glob '{tmp_path}/*.txt' matches no file; check the path"
     )
+    assert usage.startswith("usage: cli.py prepare [-c CONFIG.yaml ...]")  # this command's, not fit's
