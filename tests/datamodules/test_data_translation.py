@@ -1,11 +1,12 @@
 from pathlib import Path
 from typing import get_args
 
+import numpy as np
 import pytest
 import torch
 
 from contract.errors import ConfigError
-from datamodules.translation import DATASETS, TranslationDataModule, TranslationDatasetName
+from datamodules.translation import DATASETS, EncodedPairs, TranslationDataModule, TranslationDatasetName
 from models.config import IGNORE_INDEX
 
 
@@ -113,6 +114,24 @@ def test_multi30k_sizes_and_alignment(multi30k: TranslationDataModule) -> None:
     first_src = multi30k.tokenizer.decode(data.train[0][0])
     assert first_src.startswith("Zwei junge weiße Männer") and data.train[0][2].startswith("Two young, White males")
     assert len(multi30k.data_checksum) == 64
+
+
+def test_encoded_pairs_are_compact_and_the_same_in_any_chunking(multi30k: TranslationDataModule) -> None:
+    """The pairs' ids live in flat uint16 arrays (not ~36-byte Python ints) and read back as the tokenizer's
+    truncated ids with the target text, however many pairs are encoded at a time."""
+    tok, pairs, train = multi30k.tokenizer, multi30k._pairs.train[:300], multi30k._data.train
+    expected = [(tok.encode(s)[:64], tok.encode(t)[:63], t) for s, t in pairs]
+    assert [train[i] for i in range(300)] == expected and train[-1] == train[len(train) - 1]
+    for chunk in (7, 300, 1000):
+        encode = lambda split: ((tok.encode(s)[:64], tok.encode(t)[:63]) for s, t in split)  # noqa: E731
+        assert list(EncodedPairs(pairs, encode, tok.vocab_size, chunk=chunk)) == expected
+    tokens = len(train.sources) + len(train.targets)
+    assert train.sources.dtype == np.uint16 and train.nbytes == 2 * tokens + 2 * 8 * (len(train) + 1)
+    assert train.lengths()[:300] == [len(s) + len(t) for s, t, _ in expected]
+    with pytest.raises(IndexError):
+        train[len(train)]
+    wide = EncodedPairs([("a", "b")], lambda split: iter([([70000], [1])]), vocab_size=70001)
+    assert wide.sources.dtype == np.int32 and list(wide) == [([70000], [1], "b")]
 
 
 def test_multi30k_batches(multi30k: TranslationDataModule) -> None:
