@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from experiments.studies import ledger_figures as fig
+from experiments.studies.extrapolation import ladder_verdict as extrapolation_ladder_verdict
 from experiments.studies.ffn_norm import ladder_verdict as ffn_ladder_verdict
 from experiments.studies.ffn_norm import pair_table
 from experiments.studies.mlm_positional import tuned_verdict as mlm_verdict
@@ -548,6 +549,7 @@ VERDICTS = [
     ("mlm_positional", mlm_verdict, ("mlm_positional_tuned", "mlm_positional_tuned_scale"), "tuned_verdict.md"),
     ("scan_length", scan_verdict, ("scan_length_tuned",), "tuned_verdict.md"),
     ("ffn_norm", ffn_ladder_verdict, ("ffn_norm_ladder",), "ladder_verdict.md"),
+    ("extrapolation", extrapolation_ladder_verdict, ("extrapolation_ladder",), "ladder_verdict.md"),
 ]
 
 
