@@ -23,6 +23,7 @@ from experiments.studies.norm_placement import tuned_verdict as norm_verdict
 from experiments.studies.peft import tuned_verdict as peft_verdict
 from experiments.studies.scan_length import split_table
 from experiments.studies.scan_length import tuned_verdict as scan_verdict
+from experiments.studies.stability import verdict as stability_verdict
 
 ROOT = Path(__file__).resolve().parents[3]
 STUDIES = ROOT / "experiments" / "studies"
@@ -550,6 +551,7 @@ VERDICTS = [
     ("scan_length", scan_verdict, ("scan_length_tuned",), "tuned_verdict.md"),
     ("ffn_norm", ffn_ladder_verdict, ("ffn_norm_ladder",), "ladder_verdict.md"),
     ("extrapolation", extrapolation_ladder_verdict, ("extrapolation_ladder",), "ladder_verdict.md"),
+    ("stability", stability_verdict, ("qk_norm_zloss",), "verdict.md"),
 ]
 
 
