@@ -4,20 +4,25 @@ from __future__ import annotations
 
 import math
 
+import torch
 from torch import Tensor, nn
 
 from .config import ArchConfig
 
 
 class TokenEmbedding(nn.Embedding):
-    """Token lookup times `cfg.embed_scale` (sqrt(d_model) for sinusoidal, as in Vaswani et al.)."""
+    """Token lookup times `cfg.embed_scale` (sqrt(d_model) for sinusoidal, as in Vaswani et al.), or times a
+    learned scalar `gain` in its place (`cfg.learns_embed_scale`: DyT's LLaMA recipe)."""
 
     def __init__(self, cfg: ArchConfig):
         super().__init__(cfg.vocab_size, cfg.d_model)
-        self.scale = cfg.embed_scale
+        self.scale = cfg.embed_scale  # the fixed factor; it also sets the table's init (init_weights)
+        self.gain = nn.Parameter(torch.full((1,), cfg.d_model**0.5)) if cfg.learns_embed_scale else None
 
     def forward(self, ids: Tensor) -> Tensor:
         x = super().forward(ids)
+        if self.gain is not None:
+            return x * self.gain
         return x * self.scale if self.scale != 1.0 else x
 
 
@@ -30,14 +35,17 @@ class TransformerModel(nn.Module):
     def init_weights(self) -> None:
         """Normal(0, init_std) for matrices and embeddings, zero biases, unit norms; GPT-2's
         scaled init (std / sqrt(2·depth of its stack)) on the projections that write to the residual;
-        Normal(0, 1/d_model) for token embeddings scaled by sqrt(d_model)."""
+        Normal(0, 1/d_model) for token embeddings scaled by sqrt(d_model), fixed or learned."""
         std = self.cfg.init_std
         for name, module in self.named_modules():
-            if isinstance(module, TokenEmbedding) and module.scale != 1.0:
-                # A scaled lookup starts at N(0, 1/d) so that ×sqrt(d) gives unit variance, the
-                # amplitude of the sinusoids it is added to (Vaswani et al. 2017 §3.4; fairseq and
-                # tensor2tensor init). With 0.02 the positions would outweigh the tokens 3:1 at d=128.
-                nn.init.normal_(module.weight, std=1.0 / module.scale)
+            if isinstance(module, TokenEmbedding) and module.gain is not None:
+                nn.init.constant_(module.gain, self.cfg.d_model**0.5)
+            if isinstance(module, TokenEmbedding) and (module.scale != 1.0 or module.gain is not None):
+                # A scaled lookup starts at N(0, 1/d) so that ×sqrt(d) gives unit variance: the amplitude of
+                # the sinusoids it is added to (Vaswani et al. 2017 §3.4; fairseq and tensor2tensor init; with
+                # 0.02 the positions would outweigh the tokens 3:1 at d=128), and what DyT's first norm needs,
+                # having no statistics to rescale its input (see `ArchConfig.learn_embed_scale`).
+                nn.init.normal_(module.weight, std=self.cfg.d_model**-0.5)
             elif isinstance(module, (nn.Linear, nn.Embedding)):
                 scaled = self.cfg.scaled_residual_init and name.endswith((".out", ".down"))
                 nn.init.normal_(module.weight, std=std / math.sqrt(2 * self._depth(name)) if scaled else std)

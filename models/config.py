@@ -135,7 +135,12 @@ class ArchConfig:
         gelu_approximate: GELU's tanh approximation (GPT-2, BLOOM, T5 v1.1) or exact.
         scale_embeddings: multiply token embeddings by sqrt(d_model); `None` means "as the
             scheme's authors did" (`PositionalFacts.scales_embeddings`: on for `sinusoidal` only).
-        init_std: std of the normal init of weights.
+        learn_embed_scale: multiply token embeddings by a learned scalar initialised to sqrt(d_model), in place
+            of the fixed `scale_embeddings` factor (Dynamic Tanh's LLaMA recipe, Zhu et al. 2025's released code:
+            DyT has no statistics to rescale a 0.02-scale residual stream, whose signal then vanishes). Their
+            0.02-scale table times sqrt(4096) starts LLaMA-7B's embeddings near unit RMS (1.28); the table here
+            starts at N(0, 1/d_model), so they start at unit RMS at every width (0.02 × sqrt(64) would be 0.16).
+            `None` means "as DyT's authors did": on with `norm: dyt` only.
         scaled_residual_init: GPT-2 init: residual output projections get std
             init_std/sqrt(2·depth), depth being the blocks of their stack.
         activation_checkpointing: keep only each block's input in a training forward and recompute
@@ -180,6 +185,7 @@ class ArchConfig:
     attn_scale: float | None = None
     gelu_approximate: GeluApproximation = "none"
     scale_embeddings: bool | None = None
+    learn_embed_scale: bool | None = None
     init_std: float = 0.02
     scaled_residual_init: bool = True
     activation_checkpointing: bool = False
@@ -294,6 +300,10 @@ class ArchConfig:
     def positional(self) -> PositionalFacts:
         """The facts of `pos_encoding`."""
         return POSITIONAL_FACTS[self.pos_encoding]
+
+    @property
+    def learns_embed_scale(self) -> bool:
+        return self.norm == "dyt" if self.learn_embed_scale is None else self.learn_embed_scale
 
     @property
     def embed_scale(self) -> float:

@@ -21,6 +21,7 @@ NEWER_AXES: dict[str, Allowed] = {
     "attn_softcap": (None,),
     "logit_softcap": (None,),
     "rope_layers": (None,),
+    "learn_embed_scale": (None, False),  # None learns it with `norm: dyt`, which no target has either
 }
 
 

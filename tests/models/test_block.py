@@ -290,6 +290,31 @@ def test_dynamic_tanh_is_the_papers_equation_and_initialisation():
     assert "bias" not in dict(build_norm(ArchConfig(**TINY, norm="dyt", bias=False)).named_parameters())
 
 
+@pytest.mark.parametrize("family", [GPT, BertMLM, EncoderDecoder])
+def test_dynamic_tanh_token_models_learn_an_embedding_gain_from_sqrt_d(family):
+    """DyT's LLaMA recipe (Zhu et al. 2025's released code, `shared(x) * shared_scale`): with `norm: dyt` the
+    token lookup is multiplied by a learned scalar initialised to sqrt(d_model), the table at N(0, 1/d), so
+    the embeddings start at unit RMS and the first DyT sees O(1) inputs, not 0.02-scale ones; the other norms
+    keep the plain lookup, and the flag overrides either way."""
+    dyt = family(ArchConfig(**TINY, norm="dyt"))
+    gain = dyt.tok.gain
+    assert gain.shape == (1,) and gain.item() == pytest.approx(math.sqrt(32))
+    assert dyt.tok.weight.std().item() == pytest.approx(1 / math.sqrt(32), rel=0.15)
+    ids = torch.randint(0, 64, (2, 8))
+    out = dyt.tok(ids)
+    torch.testing.assert_close(out, dyt.tok.weight[ids] * math.sqrt(32))
+    out.square().sum().backward()
+    assert gain.grad is not None and gain.grad.abs().item() > 0  # learned, not a constant
+    assert family(ArchConfig(**TINY)).tok.gain is None
+    assert family(ArchConfig(**TINY, norm="dyt", learn_embed_scale=False)).tok.gain is None
+    assert family(ArchConfig(**TINY, learn_embed_scale=True)).tok.gain is not None
+    # with sinusoids (a fixed sqrt(d) by default) the learned gain replaces the fixed factor, not stacks on it
+    sinusoidal = family(ArchConfig(**TINY, norm="dyt", pos_encoding="sinusoidal")).tok
+    assert sinusoidal.weight.std().item() == pytest.approx(1 / math.sqrt(32), rel=0.15)
+    torch.testing.assert_close(sinusoidal(ids), sinusoidal.weight[ids] * sinusoidal.gain)
+    assert family(ArchConfig(**TINY)).tok.weight.std().item() == pytest.approx(TINY["init_std"], rel=0.15)
+
+
 @pytest.mark.parametrize("scope", ["projection", "head"])
 @pytest.mark.parametrize("qk_norm", ["layernorm", "rmsnorm"])
 def test_qk_norm_normalises_queries_and_keys_before_rope(scope, qk_norm):

@@ -426,6 +426,10 @@ def test_exported_model_reloads_in_its_library(case, tmp_path):
                 "logit_softcap=30.0 has no equivalent in transformers Olmo2ForCausalLM (it has None)",
             ],
         ),
+        (  # a learned embedding gain (DyT's recipe) has no reference weight
+            GPT(ArchConfig(**GPT_BASE, learn_embed_scale=True)),
+            ["learn_embed_scale=True has no equivalent in transformers GPT2LMHeadModel (it has None or False)"],
+        ),
         (
             GPT(ArchConfig(**GPT_BASE, pos_encoding="alibi", gelu_approximate="tanh", embedding_norm=True, d_ff=100)),
             ["d_ff=100 has no equivalent in transformers BloomForCausalLM (it has None or 192)"],
@@ -481,6 +485,7 @@ def test_exported_model_reloads_in_its_library(case, tmp_path):
         "gpt-rmsnorm-post",
         "llama-partial-rope",
         "llama-logit-softcap",
+        "gpt2-learned-embed-scale",
         "bloom-d_ff",
         "t5-suite-default",
         "bart-offset-swiglu",
