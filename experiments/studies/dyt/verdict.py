@@ -3,7 +3,10 @@
 α0 sensitivity, RMSNorm beside them, as Markdown for the README.
 
     python -m experiments.studies.dyt.verdict experiments/studies/dyt/results/dyt_gpt \
-experiments/studies/dyt/results/dyt_vit
+experiments/studies/dyt/results/dyt_vit [experiments/studies/dyt/results/dyt_vit_wide]
+
+A third folder is a post hoc ViT sweep (`dyt_vit_wide.yaml`: the same cells over a wider learning-rate
+search), read by the same rule and labelled post hoc; it never changes the pre-registered lines.
 """
 
 from __future__ import annotations
@@ -37,8 +40,10 @@ def _cells(sweep_dir: Path) -> dict[tuple[str, str], CellResult]:
     return {tuple(c.name.replace("size=", "").split(",")): c for c in cells}
 
 
-def family_verdicts(family: str, sweep_dir: Path) -> list[str]:
+def family_verdicts(family: str, sweep_dir: Path, label: str | None = None) -> list[str]:
+    """`label` names the lines (the family by default; a post hoc sweep says so)."""
     metric, margin, higher, dyts = FAMILIES[family]
+    family = label or family
     cells = _cells(sweep_dir)
     sizes = sorted({size for _, size in cells}, key=lambda s: int(s.lstrip("d")))
     names = ("layernorm", "rmsnorm", *dyts)
@@ -68,16 +73,19 @@ def family_verdicts(family: str, sweep_dir: Path) -> list[str]:
     return lines
 
 
-def verdicts(gpt_dir: Path, vit_dir: Path) -> list[str]:
-    return family_verdicts("gpt", gpt_dir) + family_verdicts("vit", vit_dir)
+def verdicts(gpt_dir: Path, vit_dir: Path, vit_post_hoc_dir: Path | None = None) -> list[str]:
+    lines = family_verdicts("gpt", gpt_dir) + family_verdicts("vit", vit_dir)
+    if vit_post_hoc_dir is not None:
+        lines += family_verdicts("vit", vit_post_hoc_dir, f"vit, post hoc ({vit_post_hoc_dir.name})")
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) != 2:
+    if len(args) not in (2, 3):
         print(__doc__)
         return 2
-    text = "\n".join(verdicts(Path(args[0]), Path(args[1]))) + "\n"
+    text = "\n".join(verdicts(*map(Path, args))) + "\n"
     (Path(args[0]) / "verdict.md").write_text(text)
     print(text)
     return 0

@@ -45,6 +45,16 @@ def test_a_worse_vit_dyt_is_not_reproduced(tmp_path):
     assert lines[3].startswith("- **vit: DyT matches LayerNorm: not reproduced.**")
 
 
+def test_a_post_hoc_vit_sweep_is_labelled_and_leaves_the_pre_registered_lines(tmp_path):
+    gpt = write_sweep(tmp_path / "gpt", GPT)
+    vit = write_sweep(tmp_path / "vit", VIT | {"dyt-a0.5": 0.90}, ("d32", "d64"), "test/acc")
+    wide = write_sweep(tmp_path / "vit_wide", VIT, ("d32", "d64"), "test/acc")
+    lines = verdict.verdicts(gpt, vit, wide)
+    assert lines[:5] == verdict.verdicts(gpt, vit)
+    assert lines[5].startswith("- **vit, post hoc (vit_wide): DyT matches LayerNorm: reproduced.**")
+    assert lines[6].startswith("- vit, post hoc (vit_wide): rmsnorm − layernorm") and len(lines) == 7
+
+
 def test_no_verdict_before_the_final_runs(tmp_path):
     for family in ("gpt", "vit"):
         (tmp_path / family).mkdir()
