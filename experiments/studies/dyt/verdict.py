@@ -3,10 +3,11 @@
 α0 sensitivity, RMSNorm beside them, as Markdown for the README.
 
     python -m experiments.studies.dyt.verdict experiments/studies/dyt/results/dyt_gpt \
-experiments/studies/dyt/results/dyt_vit [experiments/studies/dyt/results/dyt_vit_wide]
+experiments/studies/dyt/results/dyt_vit [experiments/studies/dyt/results/dyt_vit_wide ...]
 
-A third folder is a post hoc ViT sweep (`dyt_vit_wide.yaml`: the same cells over a wider learning-rate
-search), read by the same rule and labelled post hoc; it never changes the pre-registered lines.
+Folders after the first two are post hoc sweeps of either family (`dyt_vit_wide.yaml`, `dyt_gpt_wide.yaml`: the
+same cells over a wider learning-rate search; the family is the one whose DyT cells the sweep has), read by the
+same rule and labelled post hoc; they never change the pre-registered lines.
 """
 
 from __future__ import annotations
@@ -35,8 +36,7 @@ def _interval(c: Comparison) -> str:
 
 def _cells(sweep_dir: Path) -> dict[tuple[str, str], CellResult]:
     """(cell, size) -> its final runs: `dyt-a0.5,size=d64` -> ("dyt-a0.5", "d64")."""
-    info = json.loads((sweep_dir / SWEEP_INFO).read_text())
-    cells = analyse(Ledger(sweep_dir / LEDGER_NAME), info).cells
+    cells = analyse(Ledger(sweep_dir / LEDGER_NAME), _info(sweep_dir)).cells
     return {tuple(c.name.replace("size=", "").split(",")): c for c in cells}
 
 
@@ -73,16 +73,27 @@ def family_verdicts(family: str, sweep_dir: Path, label: str | None = None) -> l
     return lines
 
 
-def verdicts(gpt_dir: Path, vit_dir: Path, vit_post_hoc_dir: Path | None = None) -> list[str]:
+def _family(sweep_dir: Path) -> str:
+    """The family whose DyT cells (exactly) the sweep has."""
+    dyts = {cell["name"].split(",")[0] for cell in _info(sweep_dir)["cells"]} - {"layernorm", "rmsnorm"}
+    return next(family for family, (*_, cells) in FAMILIES.items() if dyts == set(cells))
+
+
+def _info(sweep_dir: Path) -> dict:
+    return json.loads((sweep_dir / SWEEP_INFO).read_text())
+
+
+def verdicts(gpt_dir: Path, vit_dir: Path, *post_hoc_dirs: Path) -> list[str]:
     lines = family_verdicts("gpt", gpt_dir) + family_verdicts("vit", vit_dir)
-    if vit_post_hoc_dir is not None:
-        lines += family_verdicts("vit", vit_post_hoc_dir, f"vit, post hoc ({vit_post_hoc_dir.name})")
+    for folder in post_hoc_dirs:
+        family = _family(folder)
+        lines += family_verdicts(family, folder, f"{family}, post hoc ({folder.name})")
     return lines
 
 
 def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
-    if len(args) not in (2, 3):
+    if len(args) < 2:
         print(__doc__)
         return 2
     text = "\n".join(verdicts(*map(Path, args))) + "\n"

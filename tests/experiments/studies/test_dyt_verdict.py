@@ -49,10 +49,13 @@ def test_a_post_hoc_vit_sweep_is_labelled_and_leaves_the_pre_registered_lines(tm
     gpt = write_sweep(tmp_path / "gpt", GPT)
     vit = write_sweep(tmp_path / "vit", VIT | {"dyt-a0.5": 0.90}, ("d32", "d64"), "test/acc")
     wide = write_sweep(tmp_path / "vit_wide", VIT, ("d32", "d64"), "test/acc")
-    lines = verdict.verdicts(gpt, vit, wide)
+    gpt_wide = write_sweep(tmp_path / "gpt_wide", GPT | {"dyt-a0.5": 1.603})
+    lines = verdict.verdicts(gpt, vit, wide, gpt_wide)  # each post hoc folder's family is read from its cells
     assert lines[:5] == verdict.verdicts(gpt, vit)
     assert lines[5].startswith("- **vit, post hoc (vit_wide): DyT matches LayerNorm: reproduced.**")
-    assert lines[6].startswith("- vit, post hoc (vit_wide): rmsnorm − layernorm") and len(lines) == 7
+    assert lines[6].startswith("- vit, post hoc (vit_wide): rmsnorm − layernorm")
+    assert lines[7].startswith("- **gpt, post hoc (gpt_wide): DyT matches LayerNorm: reproduced.**")
+    assert lines[8].startswith("- **gpt, post hoc (gpt_wide): α0-sensitive: not reproduced.**") and len(lines) == 10
 
 
 def test_no_verdict_before_the_final_runs(tmp_path):
