@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from experiments.studies import ledger_figures as fig
+from experiments.studies.dyt import verdict as dyt_verdict
 from experiments.studies.extrapolation import ladder_verdict as extrapolation_ladder_verdict
 from experiments.studies.ffn_norm import ladder_verdict as ffn_ladder_verdict
 from experiments.studies.ffn_norm import pair_table
@@ -552,6 +553,7 @@ VERDICTS = [
     ("ffn_norm", ffn_ladder_verdict, ("ffn_norm_ladder",), "ladder_verdict.md"),
     ("extrapolation", extrapolation_ladder_verdict, ("extrapolation_ladder",), "ladder_verdict.md"),
     ("stability", stability_verdict, ("qk_norm_zloss",), "verdict.md"),
+    ("dyt", dyt_verdict, ("dyt_gpt", "dyt_vit", "dyt_vit_wide", "dyt_gpt_wide"), "verdict.md"),
 ]
 
 
