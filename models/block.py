@@ -130,7 +130,7 @@ class TransformerStack(nn.Module):
         super().__init__()
         self.causal = causal
         self.pos = positional if positional is not None else build_positional(cfg, causal)
-        self.embed_norm = build_norm(cfg) if cfg.embedding_norm else nn.Identity()
+        self.embed_norm = build_norm(cfg) if cfg.normalizes_embeddings else nn.Identity()
         self.drop = nn.Dropout(cfg.dropout)
         rates = drop_path_rates(cfg.drop_path, n_layers or cfg.n_layers)
         self.blocks = nn.ModuleList(Block(cfg, cross_attention, rate) for rate in rates)

@@ -102,7 +102,8 @@ class ArchConfig:
         norm: normalisation layer (ablation axis); `dyt` is Dynamic Tanh (Zhu et al. 2025),
             γ·tanh(αx) + β with a learned scalar α per layer, no statistics.
         norm_placement: `pre` (x + f(norm(x)), final norm), `post` (norm(x + f(x)), Vaswani et al.),
-            `peri` (x + norm(f(norm(x))), a norm on each sublayer's input and output: Gemma 2, Peri-LN)
+            `peri` (x + norm(f(norm(x))), a norm on each sublayer's input and output: Gemma 2, Peri-LN; with
+            Peri-LN's embedding norm unless `peri_embedding_norm: false`)
             or `reordered` (x + norm(f(x)), OLMo 2); all but `post` end the stack with a norm.
         qk_norm: a norm on the queries and keys before RoPE and the dot product (Wortsman et al. 2023's fix
             for attention-logit growth; OLMo 2, Qwen 3, Gemma 3): `none`, `layernorm` or `rmsnorm`.
@@ -127,7 +128,11 @@ class ArchConfig:
         t5_max_distance: distance beyond which T5 buckets saturate.
         bias: biases in linear layers and norms.
         norm_eps: epsilon of every norm.
-        embedding_norm: a norm right after the embeddings (BERT, BLOOM).
+        embedding_norm: a norm right after the embeddings (BERT, BLOOM), under any placement.
+        peri_embedding_norm: under `peri`, a norm after the embeddings too, as Kim et al. 2025's Peri-LN has (y₀ =
+            Norm(x)): each sublayer adds a unit-RMS output to the stream, which would drown 1/sqrt(d)-scale
+            embeddings from the first block on. `false` is Gemma 2's sandwich, which multiplies them by
+            sqrt(d_model) instead (`scale_embeddings: true`).
         tie_embeddings: output projection shares the token embedding matrix.
         output_bias: the encoder-decoder's output projection has a bias (Marian's and BART's
             `final_logits_bias`).
@@ -180,6 +185,7 @@ class ArchConfig:
     bias: bool = True
     norm_eps: float = 1e-5
     embedding_norm: bool = False
+    peri_embedding_norm: bool = True
     tie_embeddings: bool = True
     output_bias: bool = False
     attn_scale: float | None = None
@@ -300,6 +306,10 @@ class ArchConfig:
     def positional(self) -> PositionalFacts:
         """The facts of `pos_encoding`."""
         return POSITIONAL_FACTS[self.pos_encoding]
+
+    @property
+    def normalizes_embeddings(self) -> bool:
+        return self.embedding_norm or (self.norm_placement == "peri" and self.peri_embedding_norm)
 
     @property
     def learns_embed_scale(self) -> bool:

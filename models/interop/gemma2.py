@@ -54,6 +54,7 @@ def convert(ref: nn.Module) -> GPT:
         bias=c.attention_bias,
         tie_embeddings=shared(ref.lm_head.weight, ref.model.embed_tokens.weight),
         scale_embeddings=True,
+        peri_embedding_norm=False,  # Gemma 2 scales its embeddings instead of normalising them as Peri-LN does
         attn_scale=c.query_pre_attn_scalar**-0.5,
         attn_softcap=c.attn_logit_softcapping,
         logit_softcap=c.final_logit_softcapping,
@@ -105,6 +106,7 @@ TARGET = Target(
         "activation": ("geglu",),
         "gelu_approximate": ("tanh",),
         "scale_embeddings": (True,),
+        "peri_embedding_norm": (False,),
         "attn_scale": _scales,
         "attn_softcap": _any("attn_softcap"),
         "logit_softcap": _any("logit_softcap"),

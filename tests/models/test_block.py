@@ -52,8 +52,10 @@ def test_pos_encoding_is_built(pos):
 def test_norm_and_placement_are_built(norm, placement):
     model = _gpt(norm=norm, norm_placement=placement)
     norms = _norm_modules(model)
-    # per block: attention and FFN norms (two each under peri); plus a final norm but under post placement
-    assert len(norms) == 2 * 2 * (1 + (placement == "peri")) + (placement != "post")
+    # per block: attention and FFN norms (two each under peri); a final norm but under post placement; peri's
+    # embedding norm
+    peri = placement == "peri"
+    assert len(norms) == 2 * 2 * (1 + peri) + (placement != "post") + peri
     assert all(type(m) is NORM_CLASSES[norm] for m in norms)
     assert all(block.placement == placement for block in model.stack.blocks)
     assert isinstance(model.stack.final_norm, nn.Identity) == (placement == "post")
@@ -246,6 +248,30 @@ def test_block_has_cross_attention_only_when_asked():
 
 def _ctx() -> StackContext:
     return StackContext(mask=None, is_causal=True, rope=None, offset=0, memory=None, memory_mask=None, cache=None)
+
+
+@pytest.mark.parametrize("placement", get_args(NormPlacement))
+def test_peri_ln_normalises_its_embeddings_by_default(placement):
+    """Kim et al. 2025's Peri-LN has y0 = Norm(x): the stream starts at unit RMS, level with the unit-RMS
+    output each peri sublayer adds, where 1/sqrt(d)-scale embeddings would be drowned by the first block (Gemma 2
+    instead scales them: `peri_embedding_norm: false`). Other placements keep the plain lookup; `embedding_norm` adds
+    one under any placement."""
+    model = _gpt(norm_placement=placement, init_std=0.02)
+    assert isinstance(model.stack.embed_norm, nn.LayerNorm) == (placement == "peri")
+    assert isinstance(_gpt(norm_placement=placement, peri_embedding_norm=False).stack.embed_norm, nn.Identity)
+    assert isinstance(_gpt(norm_placement=placement, embedding_norm=True).stack.embed_norm, nn.LayerNorm)
+    if placement != "peri":
+        return
+
+    def embedding_share(model: GPT) -> float:
+        """RMS of the stream entering block 0 over the RMS block 0 adds to it."""
+        seen = {}
+        model.stack.blocks[0].register_forward_hook(lambda m, args, out: seen.update(x=args[0], out=out))
+        model(IDS)
+        return (seen["x"].pow(2).mean().sqrt() / (seen["out"] - seen["x"]).pow(2).mean().sqrt()).item()
+
+    assert embedding_share(model) > 0.5
+    assert embedding_share(_gpt(norm_placement="peri", init_std=0.02, peri_embedding_norm=False)) < 0.25
 
 
 @pytest.mark.parametrize("placement", get_args(NormPlacement))

@@ -242,7 +242,8 @@ SUITE_CASES = {
     "gemma2-sandwich-softcap-scaled": (
         GPT,
         dict(GPT_BASE, pos_encoding="rope", norm="rmsnorm", norm_placement="peri", activation="geglu",
-             gelu_approximate="tanh", n_kv_heads=2, bias=False, scale_embeddings=True, attn_scale=12**-0.5,
+             gelu_approximate="tanh", n_kv_heads=2, bias=False, scale_embeddings=True, peri_embedding_norm=False,
+             attn_scale=12**-0.5,
              attn_softcap=2.0, logit_softcap=3.0),  # fmt: skip
         {},
         "Gemma2ForCausalLM",
@@ -430,6 +431,11 @@ def test_exported_model_reloads_in_its_library(case, tmp_path):
             GPT(ArchConfig(**GPT_BASE, learn_embed_scale=True)),
             ["learn_embed_scale=True has no equivalent in transformers GPT2LMHeadModel (it has None or False)"],
         ),
+        (  # Peri-LN's embedding norm (the suite's default under peri) is not Gemma 2's sandwich, which scales instead
+            GPT(ArchConfig(**GPT_BASE, pos_encoding="rope", norm="rmsnorm", norm_placement="peri", activation="geglu",
+                           gelu_approximate="tanh", bias=False, scale_embeddings=True)),  # fmt: skip
+            ["peri_embedding_norm=True has no equivalent in transformers Gemma2ForCausalLM (it has False)"],
+        ),
         (
             GPT(ArchConfig(**GPT_BASE, pos_encoding="alibi", gelu_approximate="tanh", embedding_norm=True, d_ff=100)),
             ["d_ff=100 has no equivalent in transformers BloomForCausalLM (it has None or 192)"],
@@ -486,6 +492,7 @@ def test_exported_model_reloads_in_its_library(case, tmp_path):
         "llama-partial-rope",
         "llama-logit-softcap",
         "gpt2-learned-embed-scale",
+        "gemma2-peri-ln-embedding-norm",
         "bloom-d_ff",
         "t5-suite-default",
         "bart-offset-swiglu",

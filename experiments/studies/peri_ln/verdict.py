@@ -2,7 +2,7 @@
 (`peri_ln.yaml`): loss, residual growth with depth and loss spikes, Peri-LN against Pre-LN at each depth (Post-LN
 and the reordered norm beside them), as Markdown for the README.
 
-    python -m experiments.studies.peri_ln.verdict experiments/studies/peri_ln/results/peri_ln
+    python -m experiments.studies.peri_ln.verdict experiments/studies/peri_ln/results/peri_ln [POST_HOC_DIR ...]
 """
 
 from __future__ import annotations
@@ -11,7 +11,7 @@ import json
 import math
 from pathlib import Path
 
-from experiments.analysis.comparison import analyse
+from experiments.analysis.comparison import CellResult, analyse
 from experiments.analysis.formatting import p_text
 from experiments.analysis.stats import Comparison, paired_difference
 from experiments.records.layout import LEDGER_NAME, SWEEP_INFO
@@ -39,47 +39,71 @@ def _below(comparisons: list[Comparison]) -> str:
     return "not reproduced" if any(c.ci_low > 0 for c in comparisons) else "inconclusive"
 
 
-def verdicts(sweep_dir: Path) -> list[str]:
-    """One Markdown bullet per pre-registered claim, then the other placements against Pre-LN."""
+def _cells(sweep_dir: Path) -> dict[tuple[str, str], CellResult]:
     info = json.loads((sweep_dir / SWEEP_INFO).read_text())
-    cells = {cell_key(c.name): c for c in analyse(Ledger(sweep_dir / LEDGER_NAME), info).cells}
+    return {cell_key(c.name): c for c in analyse(Ledger(sweep_dir / LEDGER_NAME), info).cells}
+
+
+def _claims(cells: dict[tuple[str, str], CellResult], depths: list[str], label: str = "") -> list[str]:
+    """The three pre-registered claims, Peri-LN against Pre-LN at each depth, by the spec's rule."""
+    loss = [_against_pre(cells, "peri", d, LOSS) for d in depths]
+    growth = [_against_pre(cells, "peri", d, GROWTH) for d in depths]
+    spikes = {(p, d): int(sum(cells[p, d].values(SPIKES).values())) for p in ("pre", "peri") for d in depths}
+    more = all(spikes["pre", d] > spikes["peri", d] for d in depths)
+    spike_label = "inconclusive" if not any(spikes.values()) else "reproduced" if more else "not reproduced"
+    counted = [f"{spikes['pre', d]} against {spikes['peri', d]}" for d in depths]
+    return [
+        f"- **{label}Peri-LN beats Pre-LN: {_below(loss)}.** Peri − Pre on {LOSS}, paired by seed, each at its tuned "
+        f"lr: {_at(depths, map(_interval, loss))}.",
+        f"- **{label}Peri-LN keeps the residual stream from growing with depth: {_below(growth)}.** Growth = ln(RMS "
+        f"after the last block / after the first) at the last probe; Peri − Pre: "
+        f"{_at(depths, map(_interval, growth))}.",
+        f"- **{label}Pre-LN spikes more: {spike_label}.** Loss spikes over the final runs (z > 6 over 50 steps), Pre "
+        f"against Peri: {_at(depths, counted)}.",
+    ]
+
+
+def _at(depths: list[str], values) -> str:
+    return "; ".join(f"{d}: {v}" for d, v in zip(depths, values))
+
+
+def verdicts(sweep_dir: Path, *post_hoc_dirs: Path) -> list[str]:
+    """One Markdown bullet per pre-registered claim, then the other placements against Pre-LN; then the claims
+    again for each post hoc folder, its cells standing in for the pre-registered ones of the same name (paired
+    by seed with the rest)."""
+    cells = _cells(sweep_dir)
     depths = sorted({depth for _, depth in cells}, key=lambda d: int(d.lstrip("L")))
     missing = [(p, d) for d in depths for p in PLACEMENTS if (p, d) not in cells or not cells[p, d].values(LOSS)]
     if not depths or missing:
         return [f"- the final runs of {len(missing)} cell(s) have not ended: no verdict yet"]
-
-    def against_pre(placement: str, depth: str, column: str) -> Comparison:
-        return paired_difference(cells[placement, depth].values(column), cells["pre", depth].values(column))
-
-    loss = [against_pre("peri", d, LOSS) for d in depths]
-    growth = [against_pre("peri", d, GROWTH) for d in depths]
-    spikes = {(p, d): int(sum(cells[p, d].values(SPIKES).values())) for p in ("pre", "peri") for d in depths}
-    spiked = any(spikes.values())
-    more = all(spikes["pre", d] > spikes["peri", d] for d in depths)
-    spike_label = "inconclusive" if not spiked else "reproduced" if more else "not reproduced"
-    at = lambda values: "; ".join(f"{d}: {v}" for d, v in zip(depths, values))  # noqa: E731
-    counted = [f"{spikes['pre', d]} against {spikes['peri', d]}" for d in depths]
-    lines = [
-        f"- **Peri-LN beats Pre-LN: {_below(loss)}.** Peri − Pre on {LOSS}, paired by seed, each at its tuned lr: "
-        f"{at(map(_interval, loss))}.",
-        f"- **Peri-LN keeps the residual stream from growing with depth: {_below(growth)}.** Growth = ln(RMS after "
-        f"the last block / after the first) at the last probe; Peri − Pre: {at(map(_interval, growth))}.",
-        f"- **Pre-LN spikes more: {spike_label}.** Loss spikes over the final runs (z > 6 over 50 steps), Pre "
-        f"against Peri: {at(counted)}.",
-    ]
+    lines = _claims(cells, depths)
     for placement in ("post", "reordered"):  # beside the verdicts, by the same comparisons
-        shown = at(f"{LOSS} {_interval(against_pre(placement, d, LOSS))}; growth "
-                   f"{_interval(against_pre(placement, d, GROWTH))}" for d in depths)  # fmt: skip
+        shown = _at(depths, (f"{LOSS} {_interval(_against_pre(cells, placement, d, LOSS))}; growth "
+                             f"{_interval(_against_pre(cells, placement, d, GROWTH))}" for d in depths))  # fmt: skip
         lines.append(f"- {placement} − Pre (not a pre-registered claim): {shown}.")
     grown = {(p, d): cells[p, d].values(GROWTH) for p in PLACEMENTS for d in depths}
     mean = {k: sum(v.values()) / len(v) if v else math.nan for k, v in grown.items()}
     lines.append("- Mean residual growth, ln(last / first block RMS): " + "; ".join(
         f"{p} {', '.join(f'{d} {mean[p, d]:+.2f}' for d in depths)}" for p in PLACEMENTS) + ".")  # fmt: skip
+    for folder in post_hoc_dirs:
+        replaced = {key: cell for key, cell in _cells(folder).items() if cell.values(LOSS)}
+        if not all(("peri", d) in replaced for d in depths):
+            lines.append(f"- post hoc ({folder.name}): its final runs have not ended: no verdict yet")
+            continue
+        label = f"Post hoc ({folder.name}): "
+        lines += _claims(cells | replaced, depths, label)
+        changed = (paired_difference(replaced["peri", d].values(LOSS), cells["peri", d].values(LOSS)) for d in depths)
+        shown = _at(depths, map(_interval, changed))
+        lines.append(f"- {label}its Peri-LN − the pre-registered one on {LOSS}, paired by seed: {shown}.")
     return lines
 
 
+def _against_pre(cells: dict[tuple[str, str], CellResult], placement: str, depth: str, column: str) -> Comparison:
+    return paired_difference(cells[placement, depth].values(column), cells["pre", depth].values(column))
+
+
 def main(argv: list[str] | None = None) -> int:
-    return table_script.run_lines(argv, __doc__, verdicts, "verdict.md")
+    return table_script.run_lines(argv, __doc__, verdicts, "verdict.md", post_hoc=True)
 
 
 if __name__ == "__main__":

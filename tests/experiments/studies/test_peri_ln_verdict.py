@@ -11,13 +11,14 @@ DEPTHS = ("L4", "L8")
 NOISE = (0.0, 0.01, -0.01)
 
 
-def write_sweep(out, loss: dict, growth: dict, spikes: dict | None = None):
+def write_sweep(out, loss: dict, growth: dict, spikes: dict | None = None, placements=verdict.PLACEMENTS):
     """Final runs only (the verdict reads them): each (placement, depth)'s test/loss, growth and spike count."""
-    names = [f"norm_placement={p},size={d}" for d in DEPTHS for p in verdict.PLACEMENTS]
+    out.mkdir(exist_ok=True)
+    names = [f"norm_placement={p},size={d}" for d in DEPTHS for p in placements]
     (out / "sweep.json").write_text(json.dumps({"cells": [{"name": n, "overrides": {}} for n in names]}))
     ledger = Ledger(out / "results.csv")
     for d in DEPTHS:
-        for p in verdict.PLACEMENTS:
+        for p in placements:
             for seed, noise in enumerate(NOISE):
                 ledger.put({"cell": f"norm_placement={p},size={d}", "seed": str(seed), "status": "done",
                             "test/loss": repr(loss[p] + noise), "diagnostics/residual_growth": repr(growth[p] + noise),
@@ -48,3 +49,27 @@ def test_no_verdict_before_the_final_runs(tmp_path):
     (tmp_path / "sweep.json").write_text(json.dumps({}))
     Ledger(tmp_path / "results.csv").write()
     assert "have not ended" in verdict.verdicts(tmp_path)[0]
+
+
+def test_a_post_hoc_folder_stands_in_for_its_cells_and_is_labelled(tmp_path):
+    """A post hoc Peri-LN (here one that fixes a losing build) is judged by the same rule against the
+    pre-registered Pre-LN runs, paired by seed, below the pre-registered verdict, which it never changes."""
+    pre_registered = write_sweep(tmp_path / "peri_ln", LOSS | {"peri": 1.70}, GROWTH)
+    fixed = write_sweep(tmp_path / "peri_fixed", {"peri": 1.50}, {"peri": 0.1}, placements=("peri",))
+    alone = verdict.verdicts(pre_registered)
+    lines = verdict.verdicts(pre_registered, fixed)
+    assert lines[: len(alone)] == alone and alone[0].startswith("- **Peri-LN beats Pre-LN: not reproduced.**")
+    post_hoc = lines[len(alone) :]
+    assert post_hoc[0].startswith("- **Post hoc (peri_fixed): Peri-LN beats Pre-LN: reproduced.**")
+    assert "L4: -0.100 [" in post_hoc[0]  # 1.50 − 1.60, against the pre-registered Pre-LN
+    assert post_hoc[-1].startswith("- Post hoc (peri_fixed): its Peri-LN − the pre-registered one")
+    assert "L8: -0.200 [" in post_hoc[-1]
+
+
+def test_a_post_hoc_folder_without_final_runs_gives_no_verdict(tmp_path):
+    pre_registered = write_sweep(tmp_path / "peri_ln", LOSS, GROWTH)
+    pending = tmp_path / "peri_pending"
+    pending.mkdir()
+    (pending / "sweep.json").write_text(json.dumps({}))
+    Ledger(pending / "results.csv").write()
+    assert "have not ended" in verdict.verdicts(pre_registered, pending)[-1]
