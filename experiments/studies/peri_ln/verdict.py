@@ -86,15 +86,30 @@ def verdicts(sweep_dir: Path, *post_hoc_dirs: Path) -> list[str]:
     lines.append("- Mean residual growth, ln(last / first block RMS): " + "; ".join(
         f"{p} {', '.join(f'{d} {mean[p, d]:+.2f}' for d in depths)}" for p in PLACEMENTS) + ".")  # fmt: skip
     for folder in post_hoc_dirs:
-        replaced = {key: cell for key, cell in _cells(folder).items() if cell.values(LOSS)}
-        if not all(("peri", d) in replaced for d in depths):
-            lines.append(f"- post hoc ({folder.name}): its final runs have not ended: no verdict yet")
-            continue
-        label = f"Post hoc ({folder.name}): "
-        lines += _claims(cells | replaced, depths, label)
-        changed = (paired_difference(replaced["peri", d].values(LOSS), cells["peri", d].values(LOSS)) for d in depths)
+        lines += _post_hoc(cells, depths, folder)
+    return lines
+
+
+def _post_hoc(cells: dict[tuple[str, str], CellResult], depths: list[str], folder: Path) -> list[str]:
+    """A post hoc folder's placements stand in for the pre-registered cells of the same name: the claims again
+    where it re-ran Peri-LN, the comparison with Pre-LN for another placement, and each against its
+    pre-registered self, all paired by seed."""
+    found = _cells(folder)
+    placements = sorted({p for p, _ in found}, key=PLACEMENTS.index)
+    replaced = {key: cell for key, cell in found.items() if cell.values(LOSS)}
+    label = f"Post hoc ({folder.name}): "
+    if not placements or len(replaced) < len(placements) * len(depths):
+        return [f"- {label.lower()}its final runs have not ended: no verdict yet"]
+    merged = cells | replaced
+    lines = _claims(merged, depths, label) if "peri" in placements else []
+    for placement in placements:
+        if placement != "peri":
+            shown = _at(depths, (_interval(_against_pre(merged, placement, d, LOSS)) for d in depths))
+            lines.append(f"- {label}{placement} − Pre on {LOSS}: {shown}.")
+        changed = (paired_difference(replaced[placement, d].values(LOSS), cells[placement, d].values(LOSS))
+                   for d in depths)  # fmt: skip
         shown = _at(depths, map(_interval, changed))
-        lines.append(f"- {label}its Peri-LN − the pre-registered one on {LOSS}, paired by seed: {shown}.")
+        lines.append(f"- {label}its {placement} − the pre-registered one on {LOSS}, paired by seed: {shown}.")
     return lines
 
 

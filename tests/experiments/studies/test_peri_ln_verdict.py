@@ -62,7 +62,7 @@ def test_a_post_hoc_folder_stands_in_for_its_cells_and_is_labelled(tmp_path):
     post_hoc = lines[len(alone) :]
     assert post_hoc[0].startswith("- **Post hoc (peri_fixed): Peri-LN beats Pre-LN: reproduced.**")
     assert "L4: -0.100 [" in post_hoc[0]  # 1.50 − 1.60, against the pre-registered Pre-LN
-    assert post_hoc[-1].startswith("- Post hoc (peri_fixed): its Peri-LN − the pre-registered one")
+    assert post_hoc[-1].startswith("- Post hoc (peri_fixed): its peri − the pre-registered one")
     assert "L8: -0.200 [" in post_hoc[-1]
 
 
@@ -73,3 +73,14 @@ def test_a_post_hoc_folder_without_final_runs_gives_no_verdict(tmp_path):
     (pending / "sweep.json").write_text(json.dumps({}))
     Ledger(pending / "results.csv").write()
     assert "have not ended" in verdict.verdicts(pre_registered, pending)[-1]
+
+
+def test_a_post_hoc_placement_other_than_peri_is_compared_with_pre_ln(tmp_path):
+    pre_registered = write_sweep(tmp_path / "peri_ln", LOSS, GROWTH)
+    other = write_sweep(tmp_path / "reordered_qk", {"reordered": 1.62}, {"reordered": 0.3}, placements=("reordered",))
+    post_hoc = verdict.verdicts(pre_registered, other)[len(verdict.verdicts(pre_registered)) :]
+    assert [line.split(":")[1] for line in post_hoc] == [
+        " reordered − Pre on test/loss",
+        " its reordered − the pre-registered one on test/loss, paired by seed",
+    ]
+    assert "L4: +0.020 [" in post_hoc[0] and "L4: +0.040 [" in post_hoc[1]  # 1.62 − 1.60 and 1.62 − 1.58
