@@ -8,7 +8,6 @@ and the reordered norm beside them), as Markdown for the README.
 from __future__ import annotations
 
 import json
-import math
 from pathlib import Path
 
 from experiments.analysis.comparison import CellResult, analyse
@@ -17,6 +16,7 @@ from experiments.analysis.stats import Comparison, paired_difference
 from experiments.records.layout import LEDGER_NAME, SWEEP_INFO
 from experiments.records.ledger import SEARCH_MARK, Ledger
 from experiments.studies import table_script
+from experiments.studies.table_script import mean_std
 
 LOSS, GROWTH, SPIKES = "test/loss", "diagnostics/residual_growth", "loss_spikes"
 PLACEMENTS = ("pre", "peri", "post", "reordered")
@@ -81,12 +81,30 @@ def verdicts(sweep_dir: Path, *post_hoc_dirs: Path) -> list[str]:
         shown = _at(depths, (f"{LOSS} {_interval(_against_pre(cells, placement, d, LOSS))}; growth "
                              f"{_interval(_against_pre(cells, placement, d, GROWTH))}" for d in depths))  # fmt: skip
         lines.append(f"- {placement} − Pre (not a pre-registered claim): {shown}.")
-    grown = {(p, d): cells[p, d].values(GROWTH) for p in PLACEMENTS for d in depths}
-    mean = {k: sum(v.values()) / len(v) if v else math.nan for k, v in grown.items()}
-    lines.append("- Mean residual growth, ln(last / first block RMS): " + "; ".join(
-        f"{p} {', '.join(f'{d} {mean[p, d]:+.2f}' for d in depths)}" for p in PLACEMENTS) + ".")  # fmt: skip
+    rows = [(p, cells) for p in PLACEMENTS]
     for folder in post_hoc_dirs:
         lines += _post_hoc(cells, depths, folder)
+        found = {key: cell for key, cell in _cells(folder).items() if cell.values(LOSS)}
+        rows += [(f"{p}, post hoc ({folder.name})", cells | found) for p in PLACEMENTS if (p, depths[0]) in found]
+    return lines + ["", *_table(rows, depths)]
+
+
+def _table(rows: list[tuple[str, dict[tuple[str, str], CellResult]]], depths: list[str]) -> list[str]:
+    """Each placement's test loss (mean ± std over seeds), its difference from Pre-LN paired by seed, its mean
+    residual growth and its chosen learning rate, at each depth; a post hoc row is labelled with its folder."""
+    header = "| placement | " + " | ".join(f"{d} {LOSS} | Δ vs pre | growth | lr" for d in depths) + " |"
+    lines = [header, "|---" * (1 + 4 * len(depths)) + "|"]
+    for label, cells in rows:
+        placement = label.split(",")[0]
+        shown = []
+        for d in depths:
+            cell = cells[placement, d]
+            growth = list(cell.values(GROWTH).values())
+            delta = "" if placement == "pre" else f"{_against_pre(cells, placement, d, LOSS).diff:+.3f}"
+            lr = next(float(r["model.optim.lr"]) for r in cell.rows if r["status"] == "done")
+            loss = mean_std(list(cell.values(LOSS).values()))
+            shown.append(f"{loss} | {delta} | {sum(growth) / len(growth):+.2f} | {lr:g}")
+        lines.append(f"| {label} | " + " | ".join(shown) + " |")
     return lines
 
 

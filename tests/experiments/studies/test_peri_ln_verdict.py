@@ -21,9 +21,14 @@ def write_sweep(out, loss: dict, growth: dict, spikes: dict | None = None, place
         for p in placements:
             for seed, noise in enumerate(NOISE):
                 ledger.put({"cell": f"norm_placement={p},size={d}", "seed": str(seed), "status": "done",
-                            "test/loss": repr(loss[p] + noise), "diagnostics/residual_growth": repr(growth[p] + noise),
+                            "model.optim.lr": "0.002", "test/loss": repr(loss[p] + noise),
+                            "diagnostics/residual_growth": repr(growth[p] + noise),
                             "loss_spikes": str((spikes or {}).get((p, d), 0))})  # fmt: skip
     return out
+
+
+def _bullets(lines: list[str]) -> list[str]:
+    return [line for line in lines if line.startswith("- ")]
 
 
 LOSS = {"pre": 1.60, "peri": 1.55, "post": 1.70, "reordered": 1.58}
@@ -36,7 +41,11 @@ def test_each_claim_is_labelled_by_the_stated_rule(tmp_path):
     assert lines[1].startswith("- **Peri-LN keeps the residual stream from growing with depth: reproduced.**")
     assert lines[2].startswith("- **Pre-LN spikes more: reproduced.**")
     assert "L8: 6 against 0" in lines[2]  # 2 in each of its 3 runs
-    assert lines[3].startswith("- post − Pre") and lines[-1].startswith("- Mean residual growth")
+    assert lines[3].startswith("- post − Pre") and lines[4].startswith("- reordered − Pre")
+    table = lines[lines.index("") + 1 :]
+    assert table[0].startswith("| placement | L4 test/loss | Δ vs pre | growth | lr |")
+    assert table[2] == "| pre | 1.600 ± 0.010 |  | +1.50 | 0.002 | 1.600 ± 0.010 |  | +1.50 | 0.002 |"
+    assert table[3].startswith("| peri | 1.550 ± 0.010 | -0.050 | +0.20 | 0.002 |")
 
 
 def test_without_spikes_and_with_a_peri_loss_the_labels_follow(tmp_path):
@@ -56,10 +65,11 @@ def test_a_post_hoc_folder_stands_in_for_its_cells_and_is_labelled(tmp_path):
     pre-registered Pre-LN runs, paired by seed, below the pre-registered verdict, which it never changes."""
     pre_registered = write_sweep(tmp_path / "peri_ln", LOSS | {"peri": 1.70}, GROWTH)
     fixed = write_sweep(tmp_path / "peri_fixed", {"peri": 1.50}, {"peri": 0.1}, placements=("peri",))
-    alone = verdict.verdicts(pre_registered)
+    alone = _bullets(verdict.verdicts(pre_registered))
     lines = verdict.verdicts(pre_registered, fixed)
-    assert lines[: len(alone)] == alone and alone[0].startswith("- **Peri-LN beats Pre-LN: not reproduced.**")
-    post_hoc = lines[len(alone) :]
+    assert _bullets(lines)[: len(alone)] == alone and alone[0].startswith("- **Peri-LN beats Pre-LN: not reproduced.**")
+    post_hoc = _bullets(lines)[len(alone) :]
+    assert lines[-1].startswith("| peri, post hoc (peri_fixed) | 1.500 ± 0.010 | -0.100 | +0.10 |")
     assert post_hoc[0].startswith("- **Post hoc (peri_fixed): Peri-LN beats Pre-LN: reproduced.**")
     assert "L4: -0.100 [" in post_hoc[0]  # 1.50 − 1.60, against the pre-registered Pre-LN
     assert post_hoc[-1].startswith("- Post hoc (peri_fixed): its peri − the pre-registered one")
@@ -72,13 +82,13 @@ def test_a_post_hoc_folder_without_final_runs_gives_no_verdict(tmp_path):
     pending.mkdir()
     (pending / "sweep.json").write_text(json.dumps({}))
     Ledger(pending / "results.csv").write()
-    assert "have not ended" in verdict.verdicts(pre_registered, pending)[-1]
+    assert "have not ended" in _bullets(verdict.verdicts(pre_registered, pending))[-1]
 
 
 def test_a_post_hoc_placement_other_than_peri_is_compared_with_pre_ln(tmp_path):
     pre_registered = write_sweep(tmp_path / "peri_ln", LOSS, GROWTH)
     other = write_sweep(tmp_path / "reordered_qk", {"reordered": 1.62}, {"reordered": 0.3}, placements=("reordered",))
-    post_hoc = verdict.verdicts(pre_registered, other)[len(verdict.verdicts(pre_registered)) :]
+    post_hoc = _bullets(verdict.verdicts(pre_registered, other))[len(_bullets(verdict.verdicts(pre_registered))) :]
     assert [line.split(":")[1] for line in post_hoc] == [
         " reordered − Pre on test/loss",
         " its reordered − the pre-registered one on test/loss, paired by seed",
