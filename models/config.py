@@ -130,7 +130,7 @@ class ArchConfig:
         norm_eps: epsilon of every norm.
         embedding_norm: a norm right after the embeddings (BERT, BLOOM), under any placement.
         peri_embedding_norm: under `peri`, a norm after the embeddings too, as Kim et al. 2025's Peri-LN has (y₀ =
-            Norm(x)): each sublayer adds a unit-RMS output to the stream, which would drown 1/sqrt(d)-scale
+            Norm(x)): each sublayer adds a unit-RMS output to the stream, which would drown 0.02-scale
             embeddings from the first block on. `false` is Gemma 2's sandwich, which multiplies them by
             sqrt(d_model) instead (`scale_embeddings: true`).
         tie_embeddings: output projection shares the token embedding matrix.

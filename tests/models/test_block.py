@@ -253,7 +253,7 @@ def _ctx() -> StackContext:
 @pytest.mark.parametrize("placement", get_args(NormPlacement))
 def test_peri_ln_normalises_its_embeddings_by_default(placement):
     """Kim et al. 2025's Peri-LN has y0 = Norm(x): the stream starts at unit RMS, level with the unit-RMS
-    output each peri sublayer adds, where 1/sqrt(d)-scale embeddings would be drowned by the first block (Gemma 2
+    output each peri sublayer adds, where 0.02-scale embeddings would be drowned by the first block (Gemma 2
     instead scales them: `peri_embedding_norm: false`). Other placements keep the plain lookup; `embedding_norm` adds
     one under any placement."""
     model = _gpt(norm_placement=placement, init_std=0.02)
