@@ -22,6 +22,7 @@ from experiments.studies.mlm_positional import tuned_verdict as mlm_verdict
 from experiments.studies.norm_placement import loss_table
 from experiments.studies.norm_placement import tuned_verdict as norm_verdict
 from experiments.studies.peft import tuned_verdict as peft_verdict
+from experiments.studies.peri_ln import verdict as peri_ln_verdict
 from experiments.studies.scan_length import split_table
 from experiments.studies.scan_length import tuned_verdict as scan_verdict
 from experiments.studies.stability import verdict as stability_verdict
@@ -554,6 +555,7 @@ VERDICTS = [
     ("extrapolation", extrapolation_ladder_verdict, ("extrapolation_ladder",), "ladder_verdict.md"),
     ("stability", stability_verdict, ("qk_norm_zloss",), "verdict.md"),
     ("dyt", dyt_verdict, ("dyt_gpt", "dyt_vit", "dyt_vit_wide", "dyt_gpt_wide"), "verdict.md"),
+    ("peri_ln", peri_ln_verdict, ("peri_ln", "peri_ln_embedding_norm", "peri_ln_reordered_qk_norm"), "verdict.md"),
 ]
 
 
