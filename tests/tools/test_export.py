@@ -240,7 +240,8 @@ NEWER_FAMILIES = {
                "--model.arch.n_kv_heads=2"], "Qwen3ForCausalLM"),
     "gemma2": (["--model.arch.pos_encoding=rope", "--model.arch.norm=rmsnorm", "--model.arch.norm_placement=peri",
                 "--model.arch.activation=geglu", "--model.arch.gelu_approximate=tanh", "--model.arch.bias=false",
-                "--model.arch.scale_embeddings=true", "--model.arch.attn_softcap=20.0",
+                "--model.arch.scale_embeddings=true", "--model.arch.peri_embedding_norm=false",
+                "--model.arch.attn_softcap=20.0",
                 "--model.arch.logit_softcap=15.0"], "Gemma2ForCausalLM"),
 }  # fmt: skip
 
