@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PIP := .venv/bin/pip
 
-.PHONY: demo test test-all bench gpu-check clean
+.PHONY: demo test test-all bench gpu-check gpu-wheels gpu-tree-slim gpu-tree-full clean
 
 .venv/.installed: requirements.txt
 	python3 -m venv .venv
@@ -30,9 +30,22 @@ test-all: .venv/.installed-test
 bench: .venv/.installed-test
 	$(PY) cli.py bench
 
-# on a lent GPU, first: under 8 minutes, writes experiments/bench/results/gpu/ (`--dry` checks it on a CPU)
+# on a GPU machine with a network: under 8 minutes, writes experiments/bench/results/gpu/ (`--dry` checks it on a CPU)
 gpu-check: .venv/.installed-test
 	$(PY) -m experiments.bench.gpu_check
+
+# for the lent GPU machine (no network, its own python3): the wheels it lacks, into .wheels/gpu/ (git ignores it),
+# checked against every import of the check; there, `scripts/gpu_check_device.sh` runs it (README, "On a GPU")
+gpu-wheels: .venv/.installed
+	$(PY) -m experiments.bench.device_wheels check
+
+# a device call carries at most 64 MiB: the studies' committed results (about 100 MiB) out of the working tree
+# for it (git sparse checkout; index and history untouched), and back
+gpu-tree-slim: .venv/.installed
+	$(PY) -m experiments.bench.device_wheels slim
+
+gpu-tree-full: .venv/.installed
+	$(PY) -m experiments.bench.device_wheels full
 
 clean:
 	rm -rf runs .pytest_cache

@@ -8,17 +8,22 @@ cache's generation speed-up, and a short GPT ladder (3 sizes × 2 schemes) throu
     python -m experiments.bench.gpu_check --dry           # CPU, tiny shapes, seconds: checks every part runs
     python -m experiments.bench.gpu_check --parts sdpa,kv_cache
 
-Writes `gpu_check.md` (tables) and `gpu_check.json` (raw numbers, machine, versions) to `--out` (default
-`experiments/bench/results/gpu/`; a dry run writes `gpu_check-dry.*`). Each part is timed and a failed part is
-recorded with its error while the others still run: a lent GPU's minutes are not lost to one bug.
+Writes `gpu_check.md` (tables), `gpu_check.json` (raw numbers, machine, versions) and `gpu_check-ladder.md` (the
+ladder sweep's report) to `--out` (default `experiments/bench/results/gpu/`; a dry run writes `gpu_check-dry*`),
+each time a part ends. Each part is timed and a failed part is recorded with its error while the others still
+run: a lent GPU's minutes are not lost to one bug. `--budget-s` starts no part past it (the ladder, last, gets
+what is left), and a part that needs a newer torch than the machine's is skipped with the reason
+(`NEEDS_TORCH`). On the lent GPU machine, `scripts/gpu_check_device.sh` runs it with the carried wheels.
 """
 
 from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import subprocess
 import sys
+import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -255,9 +260,10 @@ def kv_cache(check: Check) -> dict[str, Any]:
     return out
 
 
-def ladder(check: Check, out_dir: Path) -> dict[str, Any]:
+def ladder(check: Check, out_dir: Path, seconds_left: float | None = None) -> dict[str, Any]:
     """A short GPT ladder (3 sizes × rope/alibi, one seed) through `cli.py sweep`, so the ladder machinery has
-    run once on this device: its report's Ladder section is kept."""
+    run once on this device: its report's Ladder section is kept, the sweep folder in a temporary one (a device
+    call brings back a few files, not a sweep)."""
     sizes = [(64, 2), (128, 4), (256, 8)] if not check.dry else [(16, 2), (24, 2), (32, 2)]
     spec = {
         "base": ["configs/gpt/base.yaml", "configs/gpt/tiny.yaml"],
@@ -270,18 +276,24 @@ def ladder(check: Check, out_dir: Path) -> dict[str, Any]:
         "seeds": [0],
         "checkpoint_every": check.ladder_steps,
     }  # fmt: skip
-    folder = out_dir / ("ladder-dry" if check.dry else "ladder")
-    folder.mkdir(parents=True, exist_ok=True)
-    (folder / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
-    workers = ["--threads", "1", "--jobs", "2"] if check.dry else ["--threads", "8"]
-    command = [sys.executable, "cli.py", "sweep", str(folder / "spec.yaml"), "--out", str(folder / "sweep"), *workers]
-    done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=180 if check.dry else 300)
-    report = folder / "sweep" / "report.md"
-    if done.returncode != 0 or not report.exists():
-        raise RuntimeError(f"cli.py sweep exited {done.returncode}: {done.stderr[-2000:]}")
-    text = report.read_text()
+    stem = "gpu_check-dry" if check.dry else "gpu_check"
+    kept = out_dir / f"{stem}-ladder.md"  # the whole sweep report beside the check's own files
+    with tempfile.TemporaryDirectory(prefix="gpu_check-ladder-") as tmp:
+        folder = Path(tmp)
+        (folder / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
+        workers = ["--threads", "1", "--jobs", "2"] if check.dry else ["--threads", "8"]
+        command = [sys.executable, "cli.py", "sweep", str(folder / "spec.yaml"), "--out", str(folder / "sweep"),
+                   *workers]  # fmt: skip
+        timeout = 180 if check.dry else min(300, seconds_left or 300)
+        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
+        report = folder / "sweep" / "report.md"
+        if done.returncode != 0 or not report.exists():
+            raise RuntimeError(f"cli.py sweep exited {done.returncode}: {done.stderr[-2000:]}")
+        out_dir.mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(report, kept)
+    text = kept.read_text()
     section = text[text.index("## Ladder") :].split("\n## ", 1)[0] if "## Ladder" in text else ""
-    return {"report": str(report.relative_to(ROOT)) if report.is_relative_to(ROOT) else str(report), "ladder": section}
+    return {"report": kept.name, "ladder": section}
 
 
 PARTS: dict[str, Callable[..., dict[str, Any]]] = {
@@ -293,26 +305,76 @@ PARTS: dict[str, Callable[..., dict[str, Any]]] = {
 }
 
 
+# the torch release each part needs, and why: the GPU machine's python3 may be older than this machine's
+NEEDS_TORCH = {
+    "score_bias": ((2, 6), "flex_attention with a score_mod whose captured bias table gets a gradient"),
+}
+
+
+def torch_version() -> tuple[int, int]:
+    major, minor = torch.__version__.split(".")[:2]
+    return int(major), int(minor)
+
+
 @dataclass
 class Outcome:
     name: str
     seconds: float
     result: dict[str, Any] = field(default_factory=dict)
     error: str | None = None
+    skipped: str | None = None  # why the part did not run (torch too old, the budget spent)
 
 
-def run_parts(check: Check, names: list[str], out_dir: Path) -> list[Outcome]:
-    """Each part in turn, timed; a part that raises is recorded with its error and the next one runs."""
-    outcomes = []
+def run_part(check: Check, name: str, out_dir: Path, seconds_left: float | None) -> Outcome:
+    """One part, timed; a part that raises is recorded with its error (the next one still runs)."""
+    needs = NEEDS_TORCH.get(name)
+    if needs and torch_version() < needs[0]:
+        return Outcome(name, 0.0, skipped=f"needs torch >= {'.'.join(map(str, needs[0]))} ({needs[1]}); "
+                                           f"this is {torch.__version__}")  # fmt: skip
+    if seconds_left is not None and seconds_left <= 0:
+        return Outcome(name, 0.0, skipped="not started: the check's --budget-s was spent")
+    start = time.perf_counter()
+    try:
+        args = (check, out_dir, seconds_left) if name == "ladder" else (check,)
+        outcome = Outcome(name, 0.0, PARTS[name](*args))
+    except Exception:  # noqa: BLE001 - a lent GPU's other parts must still run
+        outcome = Outcome(name, 0.0, error=traceback.format_exc(limit=3))
+    outcome.seconds = time.perf_counter() - start
+    return outcome
+
+
+def run_parts(check: Check, names: list[str], out_dir: Path, budget_s: float | None = None) -> list[Outcome]:
+    """Each part in turn, its results written as it ends (a run cut short keeps the parts before it); a part
+    that would start after `budget_s` seconds is skipped, and the ladder gets only what is left."""
+    start, outcomes = time.perf_counter(), []
     for name in names:
-        start = time.perf_counter()
-        try:
-            args = (check, out_dir) if name == "ladder" else (check,)
-            outcomes.append(Outcome(name, 0.0, PARTS[name](*args)))
-        except Exception:  # noqa: BLE001 - a lent GPU's other parts must still run
-            outcomes.append(Outcome(name, 0.0, error=traceback.format_exc(limit=3)))
-        outcomes[-1].seconds = time.perf_counter() - start
+        left = None if budget_s is None else budget_s - (time.perf_counter() - start)
+        outcomes.append(run_part(check, name, out_dir, left))
+        write(check, outcomes, out_dir)
     return outcomes
+
+
+def versions() -> dict[str, str]:
+    """The versions the check runs with (the GPU machine's own python3 may differ from this machine's)."""
+    import importlib.metadata
+
+    names = ("lightning", "torchmetrics", "jsonargparse", "timm", "numpy")
+    out = {"torch": torch.__version__, "cuda": str(torch.version.cuda), "python": sys.version.split()[0]}
+    return out | {n: importlib.metadata.version(n) for n in names}
+
+
+def write(check: Check, outcomes: list[Outcome], out_dir: Path) -> str:
+    """`gpu_check.md` and `gpu_check.json` (`-dry` when dry) in `out_dir`; returns the Markdown."""
+    text = markdown(check, outcomes)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    stem = "gpu_check-dry" if check.dry else "gpu_check"
+    (out_dir / f"{stem}.md").write_text(text)
+    parts = {o.name: {"seconds": o.seconds, "result": o.result, "error": o.error, "skipped": o.skipped}
+             for o in outcomes}  # fmt: skip
+    raw = {"check": {k: str(v) for k, v in vars(check).items()}, "machine": machine_info(), "versions": versions(),
+           "parts": parts}  # fmt: skip
+    (out_dir / f"{stem}.json").write_text(json.dumps(raw, indent=2, default=str) + "\n")
+    return text
 
 
 def markdown(check: Check, outcomes: list[Outcome]) -> str:
@@ -320,10 +382,13 @@ def markdown(check: Check, outcomes: list[Outcome]) -> str:
     device = torch.cuda.get_device_name() if check.device == "cuda" else "CPU (dry run: tiny shapes)"
     command = f"`python -m experiments.bench.gpu_check{' --dry' if check.dry else ''}`"
     timings = ", ".join(f"{o.name} {o.seconds:.0f} s" for o in outcomes)
-    lines = [f"# GPU check on {device}", "", f"- torch {torch.__version__}; {command}; parts: {timings}"]
+    shown = ", ".join(f"{k} {v}" for k, v in versions().items())
+    lines = [f"# GPU check on {device}", "", f"- {command}; parts: {timings}", f"- versions: {shown}"]
     for o in outcomes:
         lines += ["", f"## {o.name}", ""]
-        if o.error:
+        if o.skipped:
+            lines += [f"Skipped: {o.skipped}."]
+        elif o.error:
             lines += ["Failed:", "", "```", o.error.strip(), "```"]
         elif o.name == "throughput":
             lines += [f"bf16 matmul peak measured: {o.result['peak_flops'] / 1e12:.1f} TFLOP/s", "",
@@ -357,6 +422,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--dry", action="store_true", help="CPU, tiny shapes: check that every part runs")
     parser.add_argument("--parts", default=",".join(PARTS), help=f"comma-separated, from {list(PARTS)}")
     parser.add_argument("--out", type=Path, default=DEFAULT_OUT)
+    parser.add_argument("--budget-s", type=float, help="start no part after this many seconds (the ladder, last, "
+                        "gets what is left): a device call's time limit cuts no finished part")  # fmt: skip
     args = parser.parse_args(argv)
     names = [p for p in args.parts.split(",") if p]
     unknown = [p for p in names if p not in PARTS]
@@ -369,15 +436,8 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     if check.device == "cuda":
         torch.backends.cuda.matmul.allow_tf32 = True
-    outcomes = run_parts(check, names, args.out)
-    text = markdown(check, outcomes)
-    args.out.mkdir(parents=True, exist_ok=True)
-    stem = "gpu_check-dry" if check.dry else "gpu_check"
-    (args.out / f"{stem}.md").write_text(text)
-    parts = {o.name: {"seconds": o.seconds, "result": o.result, "error": o.error} for o in outcomes}
-    raw = {"check": {k: str(v) for k, v in vars(check).items()}, "machine": machine_info(), "parts": parts}
-    (args.out / f"{stem}.json").write_text(json.dumps(raw, indent=2, default=str) + "\n")
-    print(text)
+    outcomes = run_parts(check, names, args.out, args.budget_s)
+    print(markdown(check, outcomes))
     return 1 if any(o.error for o in outcomes) else 0
 
 

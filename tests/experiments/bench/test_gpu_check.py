@@ -58,3 +58,29 @@ def test_an_unknown_part_names_the_choices(capsys):
     with pytest.raises(SystemExit):
         gpu_check.main(["--dry", "--parts", "sdpa,flash"])
     assert "unknown part(s) ['flash']" in capsys.readouterr().err
+
+
+def test_a_spent_budget_skips_the_parts_left_and_says_so(tmp_path):
+    assert gpu_check.main(["--dry", "--out", str(tmp_path), "--parts", "sdpa,kv_cache", "--budget-s", "0"]) == 0
+    raw = json.loads((tmp_path / "gpu_check-dry.json").read_text())
+    assert all("budget-s was spent" in raw["parts"][p]["skipped"] for p in ("sdpa", "kv_cache"))
+    assert "Skipped: not started" in (tmp_path / "gpu_check-dry.md").read_text()
+
+
+def test_a_part_that_needs_a_newer_torch_is_skipped_naming_the_version(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu_check, "torch_version", lambda: (2, 5))
+    assert gpu_check.main(["--dry", "--out", str(tmp_path), "--parts", "score_bias,kv_cache"]) == 0
+    parts = json.loads((tmp_path / "gpu_check-dry.json").read_text())["parts"]
+    assert parts["score_bias"]["skipped"].startswith("needs torch >= 2.6 (flex_attention")
+    assert parts["kv_cache"]["skipped"] is None and parts["kv_cache"]["result"]
+
+
+def test_each_part_is_written_as_it_ends(monkeypatch, tmp_path):
+    def stop(check):
+        assert json.loads((tmp_path / "gpu_check-dry.json").read_text())["parts"]["kv_cache"]["result"]
+        raise KeyboardInterrupt  # the device call's limit: what ended before is already on disk
+
+    monkeypatch.setitem(gpu_check.PARTS, "sdpa", stop)
+    with pytest.raises(KeyboardInterrupt):
+        gpu_check.main(["--dry", "--out", str(tmp_path), "--parts", "kv_cache,sdpa"])
+    assert "## kv_cache" in (tmp_path / "gpu_check-dry.md").read_text()
