@@ -46,7 +46,7 @@ def main(argv: list[str]) -> int:
         warnings.filterwarnings("ignore", message="The `srun` command is available")
         datamodule = cli_main(argv, run=False, cli_class=PrepareCLI).datamodule
     seconds = time.monotonic() - started
-    store = getattr(datamodule, "_store", None) if getattr(datamodule, "corpus", None) == "files" else None
+    store = getattr(datamodule, "prepared_store", None)  # a DataModule reading a token store has one
     if store is None:
         print(f"prepared {type(datamodule).__name__}: data sha256 {datamodule.data_checksum} ({seconds:.1f} s)")
         return 0

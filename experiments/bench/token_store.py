@@ -127,7 +127,7 @@ def run(ctx: Context) -> Section:
             dm = text_datamodule(files, root / "cache", **kwargs)
             dm.prepare_data()
             seconds = time.perf_counter() - start
-            tokens = sum(dm._store.manifest["tokens"].values())
+            tokens = sum(dm.prepared_store.manifest["tokens"].values())
             megabytes = sum(p.stat().st_size for p in Path(files).parent.glob("*.txt")) / 2**20
             prepare.add(name, f"{megabytes:.0f} MB", f"{tokens:,}", f"{seconds:.1f}", f"{tokens / seconds:,.0f}",
                         f"{megabytes / seconds:.1f}")  # fmt: skip

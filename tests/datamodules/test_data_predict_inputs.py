@@ -85,7 +85,7 @@ def test_a_saved_tokenizer_needs_no_corpus_to_predict(tmp_path) -> None:
 def test_default_text_prompts_start_validation_lines() -> None:
     dm = TextDataModule(seq_len=16)
     prompts = next(iter(dm.predict_dataloader()))["text"]
-    lines = [line.strip() for line in dm._corpus.val.splitlines()]
+    lines = [line.strip() for line in dm._source.corpus.val.splitlines()]
     assert len(prompts) == 4 and all(any(line.startswith(p) for line in lines) for p in prompts)
     assert all(0 < len(p) <= 40 for p in prompts)
     assert text_prompts("one line only") == ["one line only"]

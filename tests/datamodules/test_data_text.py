@@ -103,8 +103,8 @@ def test_held_out_test_split_leaves_training_text_alone() -> None:
     held = TextDataModule(seq_len=16, eval_lengths=[16], val_tokens=10**9, test_split="held_out")
     assert torch.equal(old._data.train_ids, held._data.train_ids)  # training is the same either way
     assert torch.equal(old.test_ids, old.val_ids)  # what `cli.py test` evaluated before held-out splits
-    val, test = held._corpus.held_out()
-    assert val + test == old._corpus.val and val.endswith("\n") and abs(len(val) - len(test)) < len(val) // 10
+    val, test = held._source.corpus.held_out()
+    assert val + test == old._source.corpus.val and val.endswith("\n") and abs(len(val) - len(test)) < len(val) // 10
     assert len(held.val_ids) + len(held.test_ids) <= len(old.val_ids) + 2  # halves of the same tokens
     assert not torch.equal(held.test_ids[:100], held.val_ids[:100])
     assert held.split_checksums.keys() == {"train", "val", "test"} and old.split_checksums.keys() == {"train", "val"}

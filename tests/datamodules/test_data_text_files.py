@@ -46,7 +46,7 @@ def test_the_store_holds_exactly_the_files_tokens(corpus) -> None:
     text = "".join(p.read_text() for p in sorted(corpus["dir"].glob("train*.txt")))
     assert torch.equal(dm._data.train_ids[:], torch.tensor(dm.tokenizer.encode(text)))
     assert dm.tokenizer.decode(dm._data.val_ids[:].tolist()) == corpus["val"].read_text()
-    manifest = dm._store.manifest
+    manifest = dm.prepared_store.manifest
     assert manifest["dtype"] == "uint16" and manifest["tokens"] == {"train": len(text), "val": len(dm._data.val_ids)}
     assert [s["path"] for s in manifest["sources"]["train"]] == sorted(str(p) for p in corpus["dir"].glob("train*"))
     batch = next(iter(dm.train_dataloader()))
@@ -77,28 +77,29 @@ def test_every_format_gives_the_same_tokens(corpus, tmp_path) -> None:
 
 def test_the_store_is_reused_and_remade_when_a_file_changes(corpus, monkeypatch) -> None:
     first = files_dm(corpus)
-    assert first._store.built
+    assert first.prepared_store.built
     calls = []
     monkeypatch.setattr(token_store, "build", lambda *a, **k: calls.append(a) or pytest.fail("tokenized again"))
     again = files_dm(corpus, seed=3, seq_len=8)  # other run settings: the same store
-    assert not again._store.built and again._store.directory == first._store.directory
+    assert not again.prepared_store.built and again.prepared_store.directory == first.prepared_store.directory
     assert torch.equal(again._data.val_ids[:], first._data.val_ids[:])
     monkeypatch.undo()
     with (corpus["dir"] / "train1.txt").open("a") as f:
         f.write("a changed file\n")
     changed = files_dm(corpus)
-    assert changed._store.built and changed._store.directory != first._store.directory
+    assert changed.prepared_store.built and changed.prepared_store.directory != first.prepared_store.directory
     bpe = files_dm(corpus, tokenizer="bpe", bpe_vocab_size=300)  # another tokenizer: another store
-    assert bpe._store.built and bpe._store.directory not in (first._store.directory, changed._store.directory)
+    earlier = (first.prepared_store.directory, changed.prepared_store.directory)
+    assert bpe.prepared_store.built and bpe.prepared_store.directory not in earlier
 
 
 def test_a_named_store_is_remade_for_new_files_and_refuses_another_tokenizer(corpus, tmp_path) -> None:
     store = str(tmp_path / "store")
     first = files_dm(corpus, token_store=store)
-    assert first._store.built and first._store.directory == Path(store)
+    assert first.prepared_store.built and first.prepared_store.directory == Path(store)
     (corpus["dir"] / "val.txt").write_text("".join(generated_lines(100, seed=11)))
     remade = files_dm(corpus, token_store=store)
-    assert remade._store.built and len(remade._data.val_ids) < len(first._data.val_ids)
+    assert remade.prepared_store.built and len(remade._data.val_ids) < len(first._data.val_ids)
     other = files_dm(corpus, tokenizer="bpe", bpe_vocab_size=300, token_store=str(tmp_path / "bpe_store"))
     saved = tmp_path / "bpe.json"
     saved.write_text(json.dumps(other.tokenizer.to_dict()))
@@ -115,12 +116,12 @@ def test_without_validation_files_the_last_tenth_is_held_out(corpus) -> None:
     assert dm.tokenizer.decode(val[-20:].tolist()) + dm.tokenizer.decode(test[:20].tolist()) in (
         "".join(p.read_text() for p in sorted(corpus["dir"].glob("train*.txt")))
     )
-    assert "val" not in dm._store.manifest["tokens"] and set(dm.split_checksums) == {"train", "val", "test"}
+    assert "val" not in dm.prepared_store.manifest["tokens"] and set(dm.split_checksums) == {"train", "val", "test"}
 
 
 def test_a_bpe_fitted_on_a_bounded_sample(corpus) -> None:
     dm = files_dm(corpus, tokenizer="bpe", bpe_vocab_size=300, tokenizer_sample_bytes=2000)
-    sample = list(token_store.sample_for_tokenizer(dm._sources["train"], 2000, held_out=False))
+    sample = list(token_store.sample_for_tokenizer(dm._source.sources["train"], 2000, held_out=False))
     assert 1000 < sum(map(len, sample)) < 4000  # spread over the files: every k-th record
     assert dm.vocab_size <= 300 and dm.tokenizer.decode(dm._data.val_ids[:50].tolist()) in corpus["val"].read_text()
 
@@ -222,14 +223,14 @@ def test_the_token_file_reads_any_window(tmp_path) -> None:
 def test_a_cache_dir_under_home_is_expanded(corpus, tmp_path, monkeypatch) -> None:
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     dm = files_dm(corpus, cache_dir="~/cache")
-    assert dm._store.directory.parent == tmp_path / "home" / "cache" / "token_stores"
+    assert dm.prepared_store.directory.parent == tmp_path / "home" / "cache" / "token_stores"
 
 
 def test_a_built_store_is_read_without_taking_its_lock(corpus, tmp_path, monkeypatch) -> None:
     """A store on a read-only filesystem (a shared, prepared corpus) can be read: no lock file is made to read it."""
     store = tmp_path / "shared" / "store"
     built = files_dm(corpus, token_store=str(store))
-    assert built._store.built
+    assert built.prepared_store.built
     monkeypatch.setattr(token_store.fcntl, "flock", lambda *a: pytest.fail("locked to read a built store"))
     again = files_dm(corpus, token_store=str(store))
-    assert not again._store.built and torch.equal(again._data.val_ids[:], built._data.val_ids[:])
+    assert not again.prepared_store.built and torch.equal(again._data.val_ids[:], built._data.val_ids[:])
