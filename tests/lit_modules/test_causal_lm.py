@@ -94,7 +94,7 @@ def test_z_loss_adds_the_mean_squared_log_normaliser_of_the_labelled_positions(z
     import torch
     import torch.nn.functional as F
 
-    from lit_modules.base import IGNORE_INDEX
+    from contract.labels import IGNORE_INDEX
 
     model = CausalLM(ArchConfig(d_model=32, n_layers=1, n_heads=2, max_seq_len=16), OptimConfig(z_loss=z_loss))
     torch.manual_seed(0)
