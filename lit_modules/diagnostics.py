@@ -22,6 +22,7 @@ import lightning.pytorch as pl
 import torch
 from torch import Tensor
 
+from contract.run_record import ProbeHeadlines
 from models.diagnostics import Probe
 
 from .callbacks import mark_run
@@ -180,7 +181,7 @@ class Diagnostics(pl.Callback):
             logger.log_metrics(scalars, step=self._step)
         # the last probe's headlines in run.json, so the ledger has them as columns (`RUN_DIAGNOSTICS`)
         headline = {k.removeprefix(f"{TAG}/"): v for k, v in scalars.items() if k.count("/") == 1}
-        mark_run(trainer, diagnostics={"step": self._step, **headline})
+        mark_run(trainer, diagnostics=ProbeHeadlines(step=self._step, **headline))
         if self.heatmap_every_n_steps and (
             self._drawn_at is None or self._step - self._drawn_at >= self.heatmap_every_n_steps
         ):
@@ -267,7 +268,7 @@ class LossSpikes(pl.Callback):
                 logger.log_metrics({f"{TAG}/loss_spikes": float(self.count)}, step=self._step)
 
     def _fields(self) -> dict[str, Any]:
-        return {"loss_spikes": self.count, "loss_spike_steps": list(self.steps)}
+        return {"loss_spikes": self.count, "loss_spike_steps": tuple(self.steps)}
 
     def state_dict(self) -> dict[str, Any]:  # a resumed run goes on counting where it stopped
         return {"losses": list(self.losses), "steps": self.steps, "count": self.count, "in_spike": self._in_spike}
