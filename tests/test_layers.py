@@ -33,6 +33,7 @@ def test_a_missing_linter_fails_rather_than_skips(monkeypatch):
     "module",
     [
         "contract.run_folder",
+        "contract.run_record",
         "contract.git",
         "contract.metrics",
         "experiments.records.ledger",
