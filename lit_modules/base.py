@@ -99,7 +99,7 @@ class TaskModule(
 
     def configure_callbacks(self) -> list[pl.Callback]:
         # `cli.py predict` writes predictions.jsonl with no callback to configure
-        trainer = self._trainer
+        trainer = self._trainer  # private (lit_modules.private_api): None when detached, where `trainer` raises
         return [PredictionWriter()] if trainer is not None and trainer.predicting else []
 
     def predict_settings(self) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from contract.run_record import read_run_record
 from experiments.sweep.spec import SpecError, load_spec
 from experiments.sweep.warm import Warm, WarmProcess
 from tools import sweep
@@ -104,7 +105,7 @@ def killed_sweep(tmp_path_factory, tiny_spec):
     wait_for_checkpoint(first, checkpoint)
     os.killpg(first.pid, signal.SIGKILL)  # the sweep and its run, mid-run
     first.wait()
-    status = json.loads((checkpoint.parent.parent / "run.json").read_text())["status"]
+    status = read_run_record(checkpoint.parent.parent).status
     assert status == "running", "the run finished before the kill: the test would prove nothing"
     assert not (out / "results.csv").exists() or not read_rows(out)
     resumed = sweep.main(command[3:])
@@ -165,7 +166,7 @@ def test_sweep_records_each_runs_code(main_sweep):
     _, out = main_sweep
     for (cell, seed), row in by_run(read_rows(out)).items():
         run_dir = out / cell / f"seed{seed}"
-        assert row["git_commit"] == json.loads((run_dir / "run.json").read_text())["git_commit"]
+        assert row["git_commit"] == read_run_record(run_dir).git_commit
         assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", row["git_commit"]), row["git_commit"]
         assert (run_dir / "git.diff").exists() == row["git_commit"].endswith("-dirty")
     assert "- code: every run at git commit" in (out / "report.md").read_text()
@@ -360,7 +361,7 @@ def test_warm_runs_match_fresh_processes(main_sweep, tiny_spec, tmp_path, monkey
         assert {"run.log", "run.json", "config.yaml", "events", "checkpoints/last.ckpt"} <= set(fresh_files)
         for name in fresh_files.keys() | warm_files.keys():  # one by one: a diff that says which file
             assert fresh_files.get(name) == warm_files.get(name), name
-        assert json.loads((fresh_dir / "run.json").read_text())["threads"] == 1
+        assert read_run_record(fresh_dir).threads == 1
 
 
 def test_terminated_sweep_stops_its_warm_run_and_resumes(main_sweep, tiny_spec, tmp_path):
@@ -428,8 +429,8 @@ def test_ddp_sweep_killed_and_resumed_matches_one_process(main_sweep, tiny_spec,
     wait_for_checkpoint(first, run_dir / "checkpoints" / "last.ckpt")
     os.killpg(first.pid, signal.SIGKILL)  # the sweep, its launcher and both training processes
     first.wait()
-    assert json.loads((run_dir / "run.json").read_text())["status"] == "running", "finished before the kill"
+    assert read_run_record(run_dir).status == "running", "finished before the kill"
     assert sweep.main(command[3:]) == 0
     assert_alibi_run_matches(out, main_sweep[1], rel=1e-4)
-    assert json.loads((run_dir / "run.json").read_text())["processes"] == 2
+    assert read_run_record(run_dir).processes == 2
     assert (out / "report.md").exists()

@@ -15,6 +15,7 @@ from pathlib import Path
 
 import pytest
 
+from contract.run_record import read_run_record
 from experiments.sweep.spec import SpecError, load_spec
 from experiments.sweep.validate import check_spec
 from tools import sweep
@@ -63,8 +64,8 @@ def test_each_cell_is_searched_bracketed_and_evaluated_on_test(tuned_sweep):
             assert float(row["model.optim.lr"]) == best and row["status"] == "done"
             assert all(math.isfinite(float(row[m])) for m in METRICS)
             assert row["test/loss"] != row["val/loss"]  # the held-out half, not the selection split
-            run_json = (out / cell / f"seed{seed}" / "run.json").read_text()
-            assert '"test_split": "held_out"' in run_json and '"test":' in run_json
+            record = read_run_record(out / cell / f"seed{seed}")
+            assert record.test_split == "held_out" and record.test is not None
 
 
 def test_report_compares_the_cells_on_test_at_their_tuned_points(tuned_sweep):
