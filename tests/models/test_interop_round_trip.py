@@ -29,7 +29,7 @@ from tests.models.interop_export_cases import TOL, _assert_same_outputs  # noqa:
 
 
 def _reference(case: str) -> tuple[nn.Module, int]:
-    """The perturbed reference model of a `test_interop` parity case, and its vocabulary."""
+    """The perturbed reference model of a parity case of `interop_cases.py`, and its vocabulary."""
     torch.manual_seed(0)
     if case in DECODER_CASES:
         config_cls, model_cls, kwargs, _ = DECODER_CASES[case]
