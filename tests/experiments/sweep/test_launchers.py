@@ -8,6 +8,7 @@ import os
 
 import pytest
 
+from experiments.sweep import engine
 from experiments.sweep.launchers import base as launcher_base
 from experiments.sweep.launchers import jobs, local, slurm
 from experiments.sweep.resources import RunShape, auto_jobs, count_devices, run_shape, threads_per_process
@@ -44,7 +45,7 @@ def test_auto_jobs_fills_cores_with_single_thread_processes(cores, processes, ru
 
 def pretend_cores(monkeypatch, cores: int) -> None:
     """This machine has `cores` cores, for `--jobs auto` and for each launcher's share of them."""
-    for module in (sweep, launcher_base):
+    for module in (engine, launcher_base):
         monkeypatch.setattr(module, "available_cores", lambda: cores)
 
 
