@@ -204,8 +204,8 @@ def _auto_jobs(sweep: SweepPlan, threads: int | None) -> int:
         return 1
     cores = available_cores()
     processes = max(c.shape.processes() for c in sweep.checked.values())
-    sweep.threads = {name: 1 for name in sweep.checked}
-    todo = sum(sweep.action(run) in ("start", "resume") for run in sweep.runs())
+    runs = sweep_runs(sweep.spec, sweep.checked, sweep.out_dir, {name: 1 for name in sweep.checked}, sweep.ledger)
+    todo = sum(sweep.action(run) in ("start", "resume") for run in runs)  # (threads do not change which runs)
     jobs = auto_jobs(cores, processes, todo)
     print(
         f"--jobs auto: {jobs} run(s) at a time × {processes} process(es) × "

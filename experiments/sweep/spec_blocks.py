@@ -23,7 +23,7 @@ def _kinds(hint: Any) -> tuple[type, ...]:
 
 def _typed_fields(cls: type, raw: Mapping[str, Any], where: str) -> dict[str, Any]:
     """`raw`'s values checked against `cls`'s annotations (numbers positive); lists become tuples."""
-    hints = get_type_hints(cls, globals() | {"Value": Value})
+    hints = get_type_hints(cls)  # `Value` is a name of this module: its forward references resolve here
     out = {}
     for key, item in raw.items():
         kinds = _kinds(hints[key])
