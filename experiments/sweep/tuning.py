@@ -25,11 +25,12 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from contract.metrics import higher_is_better, metric_base_name
+from experiments.sweep.ladder import HasOverrides
 
 TUNE_KEYS = ("grid", "extend", "metric", "seeds", "search_on")
 DEFAULT_EXTEND = 4  # steps a side: `extend: 1` let searches stop one step past an edge, still improving
@@ -137,6 +138,24 @@ def parse_tune(raw: Any, seeds: tuple[int, ...], fixed_and_axes: tuple[str, ...]
     if not isinstance(on, Mapping) or not all(isinstance(k, str) for k in on):
         raise TuneError(f"tune.search_on: needs a mapping of grid keys to one of their values, got {on!r}")
     return Tune(tuple(keys), extend, metric, tuple(tune_seeds), tuple(on.items()))
+
+
+def check_search_on(tune: Tune, axes: tuple[str, ...], cells: Sequence[HasOverrides]) -> None:
+    """`tune.search_on` names varied keys, and every cell has a counterpart with those values to share."""
+    for key, value in tune.search_on:
+        values = list(dict.fromkeys(c.overrides.get(key) for c in cells))
+        if key not in axes or value not in values:
+            varied = {k: list(dict.fromkeys(c.overrides.get(k) for c in cells)) for k in axes}
+            raise TuneError(
+                f"tune.search_on: {key}={value!r} is not a value of a varied key; the spec varies {varied}"
+            )
+    for cell in cells:
+        wanted = cell.overrides | dict(tune.search_on)
+        if not any(c.overrides == wanted for c in cells):
+            raise TuneError(
+                f"tune.search_on: cell {cell.name!r} has no counterpart with {dict(tune.search_on)} whose search "
+                "it could share; add that cell, or drop tune.search_on"
+            )
 
 
 @dataclass(frozen=True)

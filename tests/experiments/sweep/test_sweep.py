@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from contract.run_record import read_run_record
+from experiments.sweep import run_sweep
 from experiments.sweep.spec import SpecError, load_spec
 from experiments.sweep.warm import Warm, WarmProcess
 from tools import sweep
@@ -295,8 +296,9 @@ def test_local_launcher_matches_the_pool(main_sweep, tiny_spec, tmp_path):
     """submitit's LocalExecutor jobs run the same commands as the pool: the same ledger, number for number."""
     _, main_out = main_sweep
     spec = tiny_spec(tmp_path / "spec.yaml", grid={"model.arch.pos_encoding": ["learned", "alibi"]}, seeds=[0])
-    out = tmp_path / "out"
-    assert sweep.main([str(spec), "--out", str(out), *THREADS, "--launcher", "local", "--jobs", "2"]) == 0
+    outcome = run_sweep(spec, tmp_path / "out", launcher="local", jobs=2, threads=1)
+    out = outcome.out_dir
+    assert outcome.waited and sorted(outcome.runs["done"]) == sorted(f"{cell}/seed0" for cell in CELLS)
     local, pool = by_run(read_rows(out)), by_run(read_rows(main_out))
     assert set(local) == {(cell, "0") for cell in CELLS}
     with (out / "results.csv").open(newline="") as f:
@@ -347,8 +349,7 @@ def test_warm_runs_match_fresh_processes(main_sweep, tiny_spec, tmp_path, monkey
     assert len(MAIN_WARM_STARTS) == 4 and all(isinstance(p, WarmProcess) for p in MAIN_WARM_STARTS)
     started = record_warm_starts(monkeypatch)
     spec = tiny_spec(tmp_path / "spec.yaml", grid={"model.arch.pos_encoding": ["learned", "alibi"]}, seeds=[0])
-    out = tmp_path / "out"
-    assert sweep.main([str(spec), "--out", str(out), *THREADS, "--no-warm"]) == 0
+    out = run_sweep(spec, tmp_path / "out", threads=1, warm=False).out_dir
     assert started == []  # no warm process at all
     fresh, warm = by_run(read_rows(out)), by_run(read_rows(main_out))
     assert set(fresh) == {(cell, "0") for cell in CELLS}
