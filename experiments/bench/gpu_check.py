@@ -139,7 +139,16 @@ def markdown(check: Check, outcomes: list[Outcome]) -> str:
             lines += [f"| {s} | {r['cached_s']:.3f} | {r['uncached_s']:.3f} | {r['speedup']:.1f}× | "
                       f"{r['same_tokens']} |" for s, r in o.result.items()]  # fmt: skip
         elif o.name == "ladder":
-            lines += [f"From `{o.result['report']}`:", "", o.result["ladder"]]
+            sizes = o.result["sizes"]
+            lines += [f"`{o.result['metric']}` (non-embedding parameters) by size; the sweep's report: "
+                      f"`{o.result['report']}`", "", "| cell | " + " | ".join(sizes) + " |",
+                      "|---|" + "---:|" * len(sizes)]  # fmt: skip
+            for cell, by_size in o.result["cells"].items():
+                shown = [f"{by_size[s]['mean']:.4f} ({by_size[s]['params']:,.0f})" if s in by_size else "—"
+                         for s in sizes]  # fmt: skip
+                lines.append(f"| {cell} | " + " | ".join(shown) + " |")
+            lines += ["", "Ranking (best first): " + "; ".join(f"{size}: {', '.join(r)}"
+                                                          for size, r in o.result["rankings"].items())]  # fmt: skip
     return "\n".join(lines) + "\n"
 
 

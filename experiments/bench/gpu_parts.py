@@ -3,9 +3,9 @@ workload, and one function per part, registered in `PARTS` in the order they run
 
 from __future__ import annotations
 
+import contextlib
 import shutil
-import subprocess
-import sys
+import signal
 import tempfile
 import time
 from collections.abc import Callable
@@ -243,9 +243,13 @@ def kv_cache(check: Check) -> dict[str, Any]:
 
 
 def ladder(check: Check, out_dir: Path, seconds_left: float | None = None) -> dict[str, Any]:
-    """A short GPT ladder (3 sizes × rope/alibi, one seed) through `cli.py sweep`, so the ladder machinery has
-    run once on this device: its report's Ladder section is kept, the sweep folder in a temporary one (a device
-    call brings back a few files, not a sweep)."""
+    """A short GPT ladder (3 sizes × rope/alibi, one seed) through the sweep engine, so the ladder machinery has
+    run once on this device: its results as data (each cell's loss and parameters per size, each size's ranking)
+    and its report beside the check's files; the sweep folder is a temporary one (a device call brings back a few
+    files, not a sweep). With `seconds_left`, an alarm stops it there (the check's budget)."""
+    from experiments.analysis.report import build_report, ladder_results
+    from experiments.sweep import run_sweep
+
     sizes = [(64, 2), (128, 4), (256, 8)] if not check.dry else [(16, 2), (24, 2), (32, 2)]
     spec = {
         "base": ["configs/gpt/base.yaml", "configs/gpt/tiny.yaml"],
@@ -258,24 +262,42 @@ def ladder(check: Check, out_dir: Path, seconds_left: float | None = None) -> di
         "seeds": [0],
         "checkpoint_every": check.ladder_steps,
     }  # fmt: skip
-    stem = "gpu_check-dry" if check.dry else "gpu_check"
-    kept = out_dir / f"{stem}-ladder.md"  # the whole sweep report beside the check's own files
-    with tempfile.TemporaryDirectory(prefix="gpu_check-ladder-") as tmp:
+    kept = out_dir / f"{'gpu_check-dry' if check.dry else 'gpu_check'}-ladder.md"  # the sweep's whole report
+    with tempfile.TemporaryDirectory(prefix="gpu_check-ladder-") as tmp, alarm(seconds_left):
         folder = Path(tmp)
         (folder / "spec.yaml").write_text(yaml.safe_dump(spec, sort_keys=False))
-        workers = ["--threads", "1", "--jobs", "2"] if check.dry else ["--threads", "8"]
-        command = [sys.executable, "cli.py", "sweep", str(folder / "spec.yaml"), "--out", str(folder / "sweep"),
-                   *workers]  # fmt: skip
-        timeout = 180 if check.dry else min(300, seconds_left or 300)
-        done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=timeout)
-        report = folder / "sweep" / "report.md"
-        if done.returncode != 0 or not report.exists():
-            raise RuntimeError(f"cli.py sweep exited {done.returncode}: {done.stderr[-2000:]}")
+        workers = {"threads": 1, "jobs": 2} if check.dry else {"threads": 8, "jobs": 1}
+        outcome = run_sweep(folder / "spec.yaml", folder / "sweep", **workers)
+        if outcome.failed or not outcome.finished:
+            raise RuntimeError(f"the ladder sweep ended with runs {dict(outcome.runs)}")
+        build_report(folder / "sweep")
         out_dir.mkdir(parents=True, exist_ok=True)
-        shutil.copyfile(report, kept)
-    text = kept.read_text()
-    section = text[text.index("## Ladder") :].split("\n## ", 1)[0] if "## Ladder" in text else ""
-    return {"report": kept.name, "ladder": section}
+        shutil.copyfile(folder / "sweep" / "report.md", kept)
+        table = ladder_results(folder / "sweep")[0]
+    cells = {row.cell: {size: {"mean": r.mean, "params": r.params} for size, r in row.sizes.items()}
+             for row in table.rows}  # fmt: skip
+    rankings = {r.size: list(r.ranking) for r in table.rankings}
+    return {"report": kept.name, "metric": table.metric, "sizes": list(table.sizes), "cells": cells,
+            "rankings": rankings}  # fmt: skip
+
+
+@contextlib.contextmanager
+def alarm(seconds: float | None):
+    """Raises TimeoutError in this (main) thread after `seconds`; no limit with None."""
+    if seconds is None:
+        yield
+        return
+
+    def expire(signum, frame):
+        raise TimeoutError(f"the GPU check's budget ended after {seconds:.0f} s left for this part")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(max(1, int(seconds)))
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
 
 
 PARTS: dict[str, Callable[..., dict[str, Any]]] = {
