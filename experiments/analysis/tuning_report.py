@@ -24,7 +24,7 @@ from contract.metrics import higher_is_better
 from contract.run_folder import DONE
 from experiments.analysis import plots
 from experiments.analysis.formatting import fixed
-from experiments.records.ledger import PHASE_COLUMN, SEARCH_MARK, SEARCH_PHASE, Ledger
+from experiments.records.ledger import PHASE_COLUMN, SEARCH_MARK, SEARCH_PHASE, UNBRACKETED_COLUMN, Ledger
 from experiments.records.values import format_value
 
 
@@ -41,15 +41,20 @@ class CellSearch:
     cell: str
     points: dict[tuple[float, ...], list[float]] = field(default_factory=dict)
     chosen: tuple[float, ...] | None = None
+    open_keys: tuple[str, ...] | None = None  # what the engine recorded left unbracketed; None in older ledgers
 
     def mean(self, point: tuple[float, ...]) -> float:
         values = self.points.get(point, [])
         return sum(values) / len(values) if values and all(math.isfinite(v) for v in values) else math.nan
 
     def unbracketed(self, keys: list[str]) -> list[str]:
-        """The keys whose chosen value is the lowest or highest this cell searched."""
+        """The keys the search left open, as its final runs recorded them (the engine's rule: an edge still
+        improving); in a ledger from before that column, the keys whose chosen value is the lowest or highest
+        this cell searched."""
         if self.chosen is None:
             return []
+        if self.open_keys is not None:
+            return [key for key in keys if key in self.open_keys]
         out = []
         for i, key in enumerate(keys):
             searched = sorted({p[i] for p in self.points})
@@ -72,6 +77,8 @@ def searches(ledger: Ledger, info: dict[str, Any]) -> tuple[list[str], str, dict
             entry.points.setdefault(point, []).append(value)
         else:
             entry.chosen = point
+            if UNBRACKETED_COLUMN in row:
+                entry.open_keys = tuple(k for k in row[UNBRACKETED_COLUMN].split(",") if k)
     order = [c["name"] for c in info.get("cells", [])]
     return keys, metric, {name: found[name] for name in [*order, *found] if name in found}
 

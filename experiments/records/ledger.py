@@ -26,6 +26,9 @@ from experiments.records.values import format_value
 HEAD = ("cell", "seed", "status")
 # a tuned sweep's runs (experiments/sweep/tuning.py): the search chooses a cell's values, the final runs compare
 PHASE_COLUMN, SEARCH_PHASE, FINAL_PHASE = "phase", "search", "final"
+# a final run's tuned keys its search left open (comma-separated; empty: bracketed): a comparison touching the
+# cell is inconclusive by rule. Ledgers before the column have none: the report then reads the edges itself
+UNBRACKETED_COLUMN = "unbracketed"
 SEARCH_MARK = "~"  # a search run's cell: `<cell>~<point>` (a folder beside the cell's own)
 # params_trainable: what fine-tuning trains (PEFT, freezing); equal to params otherwise. Older ledgers lack it.
 STATS = ("steps", "diverged_at_step", "loss_spikes", "wall_time_s", "params", "params_non_embedding",

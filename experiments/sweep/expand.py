@@ -11,7 +11,14 @@ import math
 from pathlib import Path
 
 from contract.run_folder import DONE, last_checkpoint
-from experiments.records.ledger import FINAL_PHASE, PHASE_COLUMN, SEARCH_MARK, SEARCH_PHASE, Ledger
+from experiments.records.ledger import (
+    FINAL_PHASE,
+    PHASE_COLUMN,
+    SEARCH_MARK,
+    SEARCH_PHASE,
+    UNBRACKETED_COLUMN,
+    Ledger,
+)
 from experiments.records.values import format_value
 from experiments.sweep.runs import Run
 from experiments.sweep.spec import Spec
@@ -97,11 +104,14 @@ def tuned_runs(
     tune = spec.tune
     assert tune is not None, "tuned_runs needs a spec with a tune: block"
 
-    def run_at(cell: Cell, name: str, seed: int, point: Point, phase: str) -> Run:
-        """`cell`'s run `name`/seed`seed` at `point`: a search run (`name` is `<cell>~<point>`) or a final one."""
+    def run_at(cell: Cell, name: str, seed: int, point: Point, phase: str, open_keys: tuple[str, ...] = ()) -> Run:
+        """`cell`'s run `name`/seed`seed` at `point`: a search run (`name` is `<cell>~<point>`) or a final one,
+        which records the keys its search left unbracketed."""
         run_dir = out_dir / name / f"seed{seed}"
         args = (*run_args(spec, checked[cell.name], seed, run_dir), *override_args(tune.overrides(point)))
         columns = ((PHASE_COLUMN, phase), *((k, format_value(v)) for k, v in tune.overrides(point).items()))
+        if phase == FINAL_PHASE:
+            columns += ((UNBRACKETED_COLUMN, ",".join(open_keys)),)
         return Run(name, seed, run_dir, args, threads[cell.name], columns, evaluate=phase == FINAL_PHASE)
 
     states = {  # one search per searching cell; with `tune.search_on` the others share their counterpart's
@@ -117,7 +127,7 @@ def tuned_runs(
                 runs += [run_at(cell, search_cell_name(cell.name, tune, point), s, point, SEARCH_PHASE)
                          for s in tune.seeds]
         if state.chosen is not None:
-            runs += [run_at(cell, cell.name, seed, state.chosen, FINAL_PHASE) for seed in spec.seeds]
+            runs += [run_at(cell, cell.name, seed, state.chosen, FINAL_PHASE, state.unbracketed) for seed in spec.seeds]
     return runs, states
 
 

@@ -35,6 +35,15 @@ def test_a_chosen_value_at_an_end_of_what_was_searched_is_unbracketed():
     assert CellSearch("a", points).unbracketed(["lr", "scale"]) == []  # not chosen yet
 
 
+def test_what_the_engine_recorded_open_wins_over_the_edges():
+    """A ledger with the `unbracketed` column: the engine's rule (an interior best whose edge still improves is
+    open) is what the report says; an older ledger falls back to the edges."""
+    points = {(1e-3,): [1.0], (3e-3,): [0.8], (1e-2,): [0.95], (3e-2,): [0.9]}
+    assert CellSearch("a", points, chosen=(3e-3,), open_keys=("lr",)).unbracketed(["lr"]) == ["lr"]
+    assert CellSearch("a", points, chosen=(3e-3,), open_keys=()).unbracketed(["lr"]) == []
+    assert CellSearch("a", points, chosen=(3e-3,)).unbracketed(["lr"]) == []  # older ledger: interior is bracketed
+
+
 def test_a_cell_that_shared_a_search_names_its_counterpart(tmp_path):
     """`tune.search_on`: the length-split cell ran at the simple split's choice; its row says so instead of
     showing an empty search as bracketed."""

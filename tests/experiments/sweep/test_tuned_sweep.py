@@ -66,8 +66,11 @@ def test_each_cell_is_searched_bracketed_and_evaluated_on_test(tuned_sweep):
         scores = {lr: float(r["val/loss"]) if r["status"] == "done" else math.inf for lr, r in points.items()}
         best = min(scores, key=scores.get)
         assert best != max(points) or len(points) == 3  # at the top edge: it extended once (extend: 1)
+        lrs = sorted(points)  # open: the best at an edge, or an edge no worse than its neighbour (extend: 1 ends it)
+        still_open = best in (lrs[0], lrs[-1]) or scores[lrs[0]] <= scores[lrs[1]] or scores[lrs[-1]] <= scores[lrs[-2]]
         for seed in ("0", "1"):
             row = final[(cell, seed)]
+            assert row["unbracketed"] == ("model.optim.lr" if still_open else "")  # the ledger marks the cell
             assert float(row["model.optim.lr"]) == best and row["status"] == "done"
             assert all(math.isfinite(float(row[m])) for m in METRICS)
             assert row["test/loss"] != row["val/loss"]  # the held-out half, not the selection split
