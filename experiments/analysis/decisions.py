@@ -165,6 +165,17 @@ def equivalence(c: Comparison, worse: Side = "above") -> Verdict:
     return Verdict(INCONCLUSIVE, f"not equivalent within ±{c.margin:g}, not worse")
 
 
+def noninferior(c: Comparison, margin: float, worse: Side = "above") -> Verdict:
+    """A cost of at most `margin`: reproduced when the 95% CI stays short of the margin on the `worse` side, not
+    reproduced when it lies wholly beyond it, inconclusive when it holds the margin."""
+    bound = margin if worse == "above" else -margin
+    if (c.ci_high < bound) if worse == "above" else (c.ci_low > bound):
+        return Verdict(REPRODUCED, f"the 95% CI stays within {bound:+g}")
+    if (c.ci_low > bound) if worse == "above" else (c.ci_high < bound):
+        return Verdict(NOT_REPRODUCED, f"the 95% CI lies beyond {bound:+g}")
+    return Verdict(INCONCLUSIVE, f"the 95% CI holds {bound:+g}")
+
+
 def graded(c: Comparison, worse: Side = "above") -> str:
     """A method against a reference in one word: `matches` (TOST first), `worse`, `better` or `inconclusive`."""
     if c.equivalent:

@@ -63,9 +63,7 @@ def verdicts(sweep_dir: Path) -> list[str]:
         for claim, variant in VARIANTS.items():
             c = paired_difference(cells[(*variant, size)].values(METRIC), base, MARGIN)
             costs.append((f"{claim} at {size}", c))
-    below = [c.ci_high < MARGIN for _, c in costs]
-    above = [c.ci_low > MARGIN for _, c in costs]
-    label = "reproduced" if all(below) else "not reproduced" if any(above) else "inconclusive"
+    label = rules.combine([rules.noninferior(c, MARGIN) for _, c in costs])
     shown = "; ".join(
         f"{name} {c.diff:+.3f} [{c.ci_low:+.3f}, {c.ci_high:+.3f}] (TOST ±{MARGIN}: p = {p_text(c.equivalence_p)})"
         for name, c in costs

@@ -80,6 +80,15 @@ def test_equivalence_is_tost_first_then_the_worse_side(sweep):
     assert rules.graded(between(sweep, "noisy", "base", 0.02)) == "inconclusive"
 
 
+def test_noninferiority_reads_the_ci_against_the_margin(sweep):
+    """"Costs at most 0.02": a CI below +0.02 is reproduced, one wholly above it not, one holding it inconclusive."""
+    assert rules.noninferior(between(sweep, "level", "base"), 0.02).label == rules.REPRODUCED
+    assert rules.noninferior(between(sweep, "base", "better"), 0.02).label == rules.NOT_REPRODUCED
+    assert rules.noninferior(between(sweep, "noisy", "base"), 0.02).label == rules.INCONCLUSIVE
+    # higher is better (accuracy): a cost is a CI below −margin
+    assert rules.noninferior(between(sweep, "better", "base"), 0.02, worse="below").label == rules.NOT_REPRODUCED
+
+
 def test_a_comparison_touching_an_unbracketed_cell_is_inconclusive_by_rule(sweep):
     assert sweep.unbracketed() == {"edge": ["model.optim.lr"]}
     c = between(sweep, "edge", "base")
