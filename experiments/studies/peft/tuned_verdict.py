@@ -26,7 +26,7 @@ MARGIN = 0.02  # nats: the equivalence margin the spec states before running
 METHODS = ("full", "lora_r1", "lora_r4", "lora_r16", "adapter", "bitfit", "head_only")
 PAIRS = [(m, "full") for m in METHODS[1:]] + [("lora_r1", "lora_r16"), ("lora_r4", "lora_r16")]
 # spec -> the pre-trained model's loss on Tiny Shakespeare before any fine-tuning (README, "Ours": `cli.py validate`
-# of the first study's pre-training runs, which the tuned pre-training runs reproduce to 4 digits of validation loss)
+# of the first study's pre-training runs, which the tuned pre-training runs reproduce to 5 decimals of validation loss)
 STARTS = {"peft_gpt_tuned.yaml": 2.972, "peft_bert_tuned.yaml": 3.314}
 
 
