@@ -9,8 +9,9 @@ cell that never left its starting point (`floor`: the pre-trained model's loss, 
 combines its per-comparison verdicts with `combine`, so one clean "not reproduced" still counts beside a
 guarded size.
 
-    guard = decisions.bracketing(sweep, ["layernorm,size=d64", "dyt,size=d64"])
-    verdict = decisions.decide(decisions.equivalence(comparison), guard)
+    sweep = sweep_results.load(folder)  # its cells, and each cell's unbracketed tuned keys
+    guard = decisions.bracketing(sweep.unbracketed(), ["layernorm,size=d64", "dyt,size=d64"])
+    verdict = decisions.decide(decisions.equivalence(comparison), guard)  # str(): "inconclusive by the ... rule"
 """
 
 from __future__ import annotations

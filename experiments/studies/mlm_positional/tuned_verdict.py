@@ -24,10 +24,6 @@ METRIC = "test/loss"
 SCHEMES = ("pos_encoding=learned", "pos_encoding=none", "pos_encoding=rope")
 
 
-def _interval(c: Comparison) -> str:
-    return rules.interval(c, n=True)
-
-
 def _finished(
     sweep_dir: Path, names: tuple[str, ...]
 ) -> tuple[dict[str, CellResult], dict[str, str], dict[str, list[str]]] | None:
@@ -64,8 +60,8 @@ def verdicts(tuned_dir: Path, scale_dir: Path | None = None) -> list[str]:
     label = _label(plateau, rules.bracketing(unbracketed, SCHEMES[:2]), "is an lr artefact", "survives tuning")
     lines = [
         f"- **The learned-position plateau {label}.** learned − none on {METRIC}, each at its tuned lr "
-        f"(learned: {chosen[SCHEMES[0]]}; none: {chosen[SCHEMES[1]]}): {_interval(plateau)}.",
-        f"- RoPE − learned (RoPE at {chosen[SCHEMES[2]]}): {_interval(paired_difference(rope, learned))}.",
+        f"(learned: {chosen[SCHEMES[0]]}; none: {chosen[SCHEMES[1]]}): {rules.interval(plateau, n=True)}.",
+        f"- RoPE − learned (RoPE at {chosen[SCHEMES[2]]}): {rules.interval(paired_difference(rope, learned), n=True)}.",
     ]
     scaled = _finished(scale_dir, SCHEMES[:1]) if scale_dir else None
     if scaled is not None:
@@ -76,7 +72,7 @@ def verdicts(tuned_dir: Path, scale_dir: Path | None = None) -> list[str]:
                        "is not the table's step size")  # fmt: skip
         lines.append(
             f"- **The plateau {label}.** learned at its own (lr, positional_lr_scale) ({scaled[1][SCHEMES[0]]}) "
-            f"− learned at its tuned lr alone: {_interval(table)}."
+            f"− learned at its tuned lr alone: {rules.interval(table, n=True)}."
         )
     elif scale_dir:
         lines.append(f"- the final runs of {scale_dir.name} have not ended: no verdict on the table's step size yet")
