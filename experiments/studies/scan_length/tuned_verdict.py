@@ -77,10 +77,8 @@ def verdicts(sweep_dir: Path) -> list[str]:
 
 
 def _shown(verdict: rules.Verdict) -> str:
-    """The verdict files' spelling: `inconclusive (precondition not met)` for the precondition's guard."""
-    if verdict.guard == "precondition":
-        return "inconclusive (precondition not met)"
-    return f"{verdict}{rules.why(verdict)}"
+    """`inconclusive by the precondition rule` (the library's spelling; the reason is the first bullet)."""
+    return str(verdict) if verdict.guard == "precondition" else f"{verdict}{rules.why(verdict)}"
 
 
 def main(argv: list[str] | None = None) -> int:
