@@ -1,7 +1,9 @@
 """How a paired difference between cells moves along a model ladder: its least-squares slope against
 ln(non-embedding parameters), with a 95% interval from a bootstrap over seeds within each size. The ladder
 studies' verdict scripts state their rules with it (`ffn_norm/ladder_verdict.py`,
-`extrapolation/ladder_verdict.py`); the fitted power laws of the report are shown beside, not used by them."""
+`extrapolation/ladder_verdict.py`); the fitted power laws of the report are shown beside, not used by them.
+`ladder_cells` reads a ladder sweep with each (cell, size)'s bracketing, which the decision library's guard needs
+(`analysis.decisions.bracketing`): a trend rests on every size, so one unbracketed cell makes it inconclusive."""
 
 from __future__ import annotations
 
