@@ -46,8 +46,12 @@ def verdicts(sweep_dir: Path) -> list[str]:
     spread = {name: sensitivity(found[name], grid, cap, higher=False) for name in CELLS}
     smaller = chosen["L6-post-warmup0"] < chosen["L6-pre-warmup0"]
     more_sensitive = spread["L6-post-warmup0"] > spread["L6-pre-warmup0"]
-    lr_label = "reproduced" if smaller and more_sensitive else "partly reproduced" if smaller or more_sensitive else (
-        "not reproduced"
+    lr_label = (
+        "reproduced"
+        if smaller and more_sensitive
+        else "partly reproduced"
+        if smaller or more_sensitive
+        else ("not reproduced")
     )
     lr_label = guarded(rules.Verdict(lr_label), "L6-post-warmup0", "L6-pre-warmup0")
     lrs = ", ".join(f"{name} {format_value(chosen[name])} (sensitivity {fixed(spread[name], 3)})" for name in CELLS)

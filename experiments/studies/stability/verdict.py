@@ -68,8 +68,10 @@ def verdicts(sweep_dir: Path) -> list[str]:
         f"{name} {c.diff:+.3f} [{c.ci_low:+.3f}, {c.ci_high:+.3f}] (TOST ±{MARGIN}: p = {p_text(c.equivalence_p)})"
         for name, c in costs
     )
-    lines.append(f"- **Neither costs loss at its best rate: {label}.** {METRIC} − neither's, paired by seed, each "
-                 f"at its tuned lr: {shown}.")
+    lines.append(
+        f"- **Neither costs loss at its best rate: {label}.** {METRIC} − neither's, paired by seed, each "
+        f"at its tuned lr: {shown}."
+    )
     lines.append(f"- Noise allowance: {_noise_text(sweep)}")
     return lines + ["", *mechanism_table(sweep.ledger, sizes)]
 
@@ -90,8 +92,10 @@ def _noise_text(sweep) -> str:
     seeds = sweep.info["tune"].get("seeds") or [0]
     if len(seeds) > 1:
         return f"from the {len(seeds)} search seeds' spread at each point (two standard deviations of a difference)."
-    return (f"one search seed cannot estimate its own noise, so the spread of the final runs' {sweep.metric} (the "
-            "chosen point at other seeds, pooled over cells) stands in (two standard deviations of a difference).")
+    return (
+        f"one search seed cannot estimate its own noise, so the spread of the final runs' {sweep.metric} (the "
+        "chosen point at other seeds, pooled over cells) stands in (two standard deviations of a difference)."
+    )
 
 
 def mechanism_table(ledger: Ledger, sizes: list[str]) -> list[str]:

@@ -81,7 +81,7 @@ def test_equivalence_is_tost_first_then_the_worse_side(sweep):
 
 
 def test_noninferiority_reads_the_ci_against_the_margin(sweep):
-    """"Costs at most 0.02": a CI below +0.02 is reproduced, one wholly above it not, one holding it inconclusive."""
+    """ "Costs at most 0.02": a CI below +0.02 is reproduced, one wholly above it not, one holding it inconclusive."""
     assert rules.noninferior(between(sweep, "level", "base"), 0.02).label == rules.REPRODUCED
     assert rules.noninferior(between(sweep, "base", "better"), 0.02).label == rules.NOT_REPRODUCED
     assert rules.noninferior(between(sweep, "noisy", "base"), 0.02).label == rules.INCONCLUSIVE

@@ -51,8 +51,10 @@ def test_each_claim_is_labelled_by_the_stated_rule(tmp_path):
 
 
 def test_a_worse_vit_dyt_is_not_reproduced(tmp_path):
-    lines = verdict.verdicts(write_sweep(tmp_path / "gpt", GPT),
-                             write_sweep(tmp_path / "vit", VIT | {"dyt-a0.5": 0.90}, ("d32", "d64"), "test/acc"))
+    lines = verdict.verdicts(
+        write_sweep(tmp_path / "gpt", GPT),
+        write_sweep(tmp_path / "vit", VIT | {"dyt-a0.5": 0.90}, ("d32", "d64"), "test/acc"),
+    )
     assert lines[3].startswith("- **vit: DyT matches LayerNorm: not reproduced.**")
 
 

@@ -26,8 +26,16 @@ def write_sweep(out, loss: dict, growth: dict, spikes: dict | None = None, place
         for p in placements:
             best = GRID[-1] if (p, d) in at_edge else GRID[1]
             for lr in GRID:
-                ledger.put({"cell": f"norm_placement={p},size={d}~lr={lr}", "seed": "10", "status": "done",
-                            "phase": "search", "model.optim.lr": repr(lr), "val/loss": repr(2 + abs(lr - best))})
+                ledger.put(
+                    {
+                        "cell": f"norm_placement={p},size={d}~lr={lr}",
+                        "seed": "10",
+                        "status": "done",
+                        "phase": "search",
+                        "model.optim.lr": repr(lr),
+                        "val/loss": repr(2 + abs(lr - best)),
+                    }
+                )
             for seed, noise in enumerate(NOISE):
                 ledger.put({"cell": f"norm_placement={p},size={d}", "seed": str(seed), "status": "done",
                             "phase": "final", "model.optim.lr": repr(best), "test/loss": repr(loss[p] + noise),

@@ -66,8 +66,10 @@ def test_a_choice_at_the_simple_splits_grid_edge_carries_to_every_split(tmp_path
     choice without a search of their own, so they inherit the edge: the claims are inconclusive by the bracketing
     rule, naming the cells."""
     lines = tuned_verdict.verdicts(write_sweep(tmp_path, grid=GRID[1:]))
-    assert lines[1].startswith("- **Relative positions generalise to longer outputs (Csordás et al.): inconclusive "
-                               "by the bracketing rule (unbracketed: split=cutoff26,pos_encoding=learned (lr)).**")
+    assert lines[1].startswith(
+        "- **Relative positions generalise to longer outputs (Csordás et al.): inconclusive "
+        "by the bracketing rule (unbracketed: split=cutoff26,pos_encoding=learned (lr)).**"
+    )
     assert "the bracketing rule (unbracketed: split=length,pos_encoding=learned (lr)).**" in lines[2]
 
 
