@@ -2,7 +2,7 @@
 PY := .venv/bin/python
 PIP := .venv/bin/pip
 
-.PHONY: demo test test-all bench gpu-check gpu-wheels gpu-tree-slim gpu-tree-full clean
+.PHONY: demo check test test-all bench gpu-check gpu-wheels gpu-tree-slim gpu-tree-full clean
 
 .venv/.installed: requirements.txt
 	python3 -m venv .venv
@@ -20,6 +20,14 @@ demo: .venv/.installed
 
 # one pytest-xdist worker per core, each taking whole files (a file's fixtures are built once); see tests/conftest.py
 XDIST := -n auto --maxprocesses 4 --dist loadfile
+
+# the inner loop, under 90 s: lint, formatting, the import contracts, and the tests that train nothing and start no
+# process (not `long`: tests/conftest.py); `make test` before a commit that trains or launches anything
+check: .venv/.installed-test
+	.venv/bin/ruff check .
+	.venv/bin/ruff format --check .
+	.venv/bin/lint-imports
+	$(PY) -m pytest -q -m "not slow and not long" -n auto --maxprocesses 4
 
 test: .venv/.installed-test
 	$(PY) -m pytest -q -m "not slow" $(XDIST) --durations=15

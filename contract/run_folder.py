@@ -1,7 +1,7 @@
 """A run's folder and what passes between a sweep and its runs: the names both sides write and read.
 
     <run>/config.yaml            the resolved config (Lightning's SaveConfigCallback)
-    <run>/run.json               `RunMetadata`: commit, versions, data checksum, counts, status
+    <run>/run.json               `RunMetadata`: commit, versions, data checksum, counts, status (`run_record`)
     <run>/tokenizer.json         the vocabulary the run trained with
     <run>/checkpoints/last.ckpt  the resumption point (ModelCheckpoint's `save_last`)
     <run>/run.log                the run's output, when a sweep ran it
@@ -10,9 +10,8 @@
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
-from typing import Any, Literal, get_args
+from typing import Literal, get_args
 
 RUN_JSON = "run.json"
 CONFIG_FILE = "config.yaml"
@@ -44,10 +43,3 @@ def last_checkpoint(run_dir: Path) -> Path:
     """Where a run keeps its resumption point."""
     return Path(run_dir) / CHECKPOINTS_DIR / LAST_CHECKPOINT
 
-
-def read_run_json(run_dir: Path) -> dict[str, Any]:
-    """The run's `run.json`, or {} if it is missing or half-written."""
-    try:
-        return json.loads((Path(run_dir) / RUN_JSON).read_text())
-    except (OSError, ValueError):
-        return {}

@@ -6,6 +6,7 @@ and test cover every length ``1..test_max_len``, so accuracy can be read per len
 the training range.
 """
 
+from collections import Counter
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from functools import cached_property
@@ -19,7 +20,7 @@ from torch.utils.data import DataLoader
 from contract.labels import IGNORE_INDEX
 from datamodules.base import SuiteDataModule
 from datamodules.download import sha256_bytes
-from datamodules.sampling import generator
+from datamodules.sampling import TEST_SPLIT_SEED, generator
 from datamodules.tokenization import SPECIALS
 
 AlgorithmicTaskName = Literal["copy", "reverse", "addition"]
@@ -59,6 +60,8 @@ TASKS: dict[AlgorithmicTaskName, Callable[[int, int, torch.Generator], tuple[lis
     "addition": _addition,
 }
 assert set(TASKS) == set(get_args(AlgorithmicTaskName))
+# random symbols an instance of length n draws, per n: its instances number num_symbols ** (that × n)
+SYMBOLS_PER_LENGTH: dict[AlgorithmicTaskName, int] = {"copy": 1, "reverse": 1, "addition": 2}
 
 
 @dataclass(frozen=True)
@@ -93,7 +96,8 @@ class AlgorithmicDataModule(SuiteDataModule):
     Batches: ``{"input_ids": LongTensor(B, T), "labels": LongTensor(B, T), "lengths": LongTensor(B)}``.
     Vocabulary: the specials of ``SPECIALS["algorithmic"]`` (``<pad>``=0, ``<bos>``=1, ``<sep>``=2,
     ``<eos>``=3, ``+``=4), then ``num_symbols`` symbols (digits in base ``num_symbols`` for addition).
-    ``seed`` seeds generation and shuffling; train, val and test use distinct streams. The data is
+    ``seed`` seeds generation and shuffling; train, val and test use distinct streams, test the same for every
+    seed (``TEST_SPLIT_SEED``), and validation never holds a test instance where the length has others. The data is
     generated: ``data_dir`` must be unset and ``cache_dir`` is ignored (both are still accepted, as
     committed run configs set them).
 
@@ -153,9 +157,18 @@ class AlgorithmicDataModule(SuiteDataModule):
         n = max(self.train_max_len, self.test_max_len)
         return len(make_instance(self.task, n, self.num_symbols, torch.Generator()).tokens)  # length depends on n only
 
-    def _generate(self, lengths: list[int], stream: int) -> list[Instance]:
-        g = generator(self.seed, stream)
-        return [make_instance(self.task, n, self.num_symbols, g) for n in lengths]
+    def _generate(self, lengths: list[int], g: torch.Generator, avoid: frozenset | set = frozenset()) -> list[Instance]:
+        """An instance per length; one in `avoid` is drawn again, unless `avoid` holds its length's every instance
+        (n = 1 of 10 symbols has 10: there validation must repeat test instances)."""
+        full = Counter(len(tokens) for tokens in avoid)
+        out = []
+        for n in lengths:
+            instance = make_instance(self.task, n, self.num_symbols, g)
+            space = self.num_symbols ** (SYMBOLS_PER_LENGTH[self.task] * n)
+            while tuple(instance.tokens) in avoid and full[len(instance.tokens)] < space:
+                instance = make_instance(self.task, n, self.num_symbols, g)
+            out.append(instance)
+        return out
 
     def _eval_lengths(self) -> list[int]:
         return [n for n in range(1, self.test_max_len + 1) for _ in range(self.num_val_per_length)]
@@ -164,15 +177,18 @@ class AlgorithmicDataModule(SuiteDataModule):
     def train_set(self) -> list[Instance]:
         g = generator(self.seed, 0, 0)
         lengths = torch.randint(self.train_min_len, self.train_max_len + 1, (self.num_train,), generator=g).tolist()
-        return self._generate(lengths, 0)
+        return self._generate(lengths, generator(self.seed, 0))
 
     @cached_property
     def val_set(self) -> list[Instance]:
-        return self._generate(self._eval_lengths(), 1)
+        """Seeded by the run; never a test instance where the length has others."""
+        test = {tuple(i.tokens) for i in self.test_set}
+        return self._generate(self._eval_lengths(), generator(self.seed, 1), avoid=test)
 
     @cached_property
     def test_set(self) -> list[Instance]:
-        return self._generate(self._eval_lengths(), 2)
+        """The same for every run (``TEST_SPLIT_SEED``), so validation can avoid it whatever the seed."""
+        return self._generate(self._eval_lengths(), generator(TEST_SPLIT_SEED, 2))
 
     @cached_property
     def data_checksum(self) -> str:

@@ -28,6 +28,7 @@ from datamodules.image_files import image_paths, read_image
 from datamodules.image_folder import folder_spec, load_folders
 from datamodules.image_recipe import RecipeTransform, TrainRecipe
 from datamodules.predict_inputs import DEFAULT_INPUTS
+from datamodules.sampling import TEST_SPLIT_SEED
 
 DIGITS_TEST_FRACTION = 0.15  # digits has no official test split: a stratified one is held out
 
@@ -46,9 +47,10 @@ class ImageDataModule(SuiteDataModule):
     """Image classification; batches are ``{"images": FloatTensor(B, C, H, W), "labels": LongTensor(B)}``.
 
     Validation is a seeded stratified ``val_fraction`` of the training data. ``digits`` has no
-    official test split, so a stratified 15% is held out as test first: 1,257 / 270 / 270 images by
-    default. ``seed`` seeds the splits and the shuffling. torchvision datasets download into
-    ``cache_dir`` unless ``data_dir``, a torchvision root holding the dataset, is given.
+    official test split, so a stratified 15% is held out as test first, the same for every seed
+    (``TEST_SPLIT_SEED``): 1,257 / 270 / 270 images by default. ``seed`` seeds validation and the
+    shuffling. torchvision datasets download into ``cache_dir`` unless ``data_dir``, a torchvision root
+    holding the dataset, is given.
 
     ``predict_dataloader`` (``cli.py predict``) adds ``index`` and ``input`` (the image's name) to the batches;
     ``labels`` is -1 for an image file.
@@ -142,7 +144,7 @@ class ImageDataModule(SuiteDataModule):
         val_start = self._arrays.val_start
         indices = np.arange(len(y) if val_start is None else val_start)
         if self._arrays.test is None:
-            indices, test = _stratified(y, indices, round(DIGITS_TEST_FRACTION * len(indices)), self.seed)
+            indices, test = _stratified(y, indices, round(DIGITS_TEST_FRACTION * len(indices)), TEST_SPLIT_SEED)
         else:
             test = np.arange(len(self._arrays.test[1]))
         if val_start is not None:  # an official validation split

@@ -8,7 +8,7 @@ from pathlib import Path
 import torch
 
 from datamodules.download import sha256_file
-from datamodules.sampling import generator
+from datamodules.sampling import TEST_SPLIT_SEED, generator
 from datamodules.scan import Pair
 
 HELD_OUT_PAIRS = 1000  # without validation (or test) files: this many training pairs, or a tenth if fewer
@@ -51,7 +51,7 @@ def _hold_out(pairs: list[Pair], seed: int, tag: int) -> tuple[list[Pair], list[
 
 def parallel_splits(files: dict[str, list[str] | None], seed: int) -> tuple[dict[str, list[Pair]], str]:
     """Each split's pairs and one SHA-256 of every file read. A split without files is held out of the training
-    pairs (seeded, disjoint): validation, then test.
+    pairs, disjoint: test first, the same for every seed (``TEST_SPLIT_SEED``), then validation, seeded by ``seed``.
 
     Raises:
         FileNotFoundError, ValueError: a missing or empty file, files of different line counts.
@@ -59,9 +59,9 @@ def parallel_splits(files: dict[str, list[str] | None], seed: int) -> tuple[dict
     if not files.get("train"):
         raise ValueError("data.dataset=files needs data.train_files: [source file, target file]")
     splits = {split: _pairs(paths, split) for split, paths in files.items() if paths}
-    for tag, split in enumerate(("val", "test"), start=4):
+    for split, split_seed, tag in (("test", TEST_SPLIT_SEED, 5), ("val", seed, 4)):
         if split not in splits:
-            splits["train"], splits[split] = _hold_out(splits["train"], seed, tag)
+            splits["train"], splits[split] = _hold_out(splits["train"], split_seed, tag)
     digest = hashlib.sha256()
     for split, paths in sorted(files.items()):
         for path in paths or ():

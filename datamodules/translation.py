@@ -43,7 +43,7 @@ SCAN_VAL_SIZE = 1000
 def _load_scan(split: ScanSplitName, seed: int, data_dir: str | None, cache_dir: str) -> PairSplits:
     """SCAN has no validation split: val is a seeded 1,000-pair subset of the test split (cheap to
     decode every epoch), test is the whole test split. Generated, so nothing is read from disk."""
-    train, test = SCAN_SPLITS[split](seed)
+    train, test = SCAN_SPLITS[split]()
     keep = torch.randperm(len(test), generator=generator(seed, 2))[:SCAN_VAL_SIZE].sort().values
     raw = "\n".join(f"{c}\t{a}" for c, a in all_pairs()).encode()
     return PairSplits(train, [test[i] for i in keep.tolist()], test, sha256_bytes(raw))
@@ -187,16 +187,17 @@ class TranslationDataModule(TokenizerFields, SuiteDataModule):
     Training batches group similar lengths (sorted within seeded chunks of 100 batches, batch order
     shuffled), a pure function of (seed, epoch). SCAN has no validation split: val is a seeded
     1,000-pair subset of its test split (``test_split: val``) or of its training pairs, removed from
-    training (``held_out``); test is the whole test split. ``seed`` seeds the split (scan simple), the val
-    subset and the batch order; ``data_dir`` holds the multi30k ``*.gz`` files.
+    training (``held_out``); test is the whole test split, the same for every seed (scan simple's split is drawn
+    with ``TEST_SPLIT_SEED``). ``seed`` seeds the val subset and the batch order; ``data_dir`` holds the multi30k
+    ``*.gz`` files.
 
     ``predict_dataloader`` (``cli.py predict``) gives ``src_ids``, ``src_mask``, ``src_text``, ``tgt_text`` (the
     reference, ``""`` when unknown) and ``index``: the lines of ``predict_file`` or, unset, the first validation
     sources with their references.
 
     ``dataset: files`` trains on the user's own parallel text: ``train_files`` (and optionally ``val_files``,
-    ``test_files``), each ``[source file, target file]`` of aligned lines; a split without files is a seeded 1,000
-    of the training pairs (a tenth if fewer), held out.
+    ``test_files``), each ``[source file, target file]`` of aligned lines; a split without files is 1,000 of the
+    training pairs (a tenth if fewer), held out: test the same for every seed, then validation seeded.
 
     Args:
         dataset: ``scan`` (generated), ``multi30k`` (German → English) or ``files`` (the ``*_files`` below).

@@ -2,19 +2,21 @@
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import platform
+import warnings
+from dataclasses import replace
 from importlib import metadata
 from pathlib import Path
+from typing import Any
 
 import lightning.pytorch as pl
 import torch
 
-from contract.files import write_json_atomic
 from contract.git import git_commit
-from contract.run_folder import DIVERGED, DONE, RUN_JSON, RUNNING, SWEEP_DIR_VAR, TEST_STAGE, read_run_json
+from contract.run_folder import DIVERGED, DONE, RUNNING, SWEEP_DIR_VAR, TEST_STAGE
+from contract.run_record import RunRecord, TestRecord, read_run_record
 
 from .run_folder import evaluated_run, run_dir
 from .tokenizer_check import check_tokenizer
@@ -33,8 +35,8 @@ def package_versions() -> dict[str, str]:
 
 
 class RunMetadata(pl.Callback):
-    """Writes `run.json` beside the run's logs (git commit, package versions, data checksum,
-    parameter counts, FLOPs, seed) and keeps its `status` current: running, done or diverged.
+    """Writes `run.json` (`contract.run_record.RunRecord`) beside the run's logs (git commit, package versions,
+    data checksum, parameter counts, FLOPs, seed) and keeps its `status` current: running, done or diverged.
     The sweep runner reads this file; TensorBoard gets the same facts as a text summary.
 
     Training also saves the data's tokenizer as `tokenizer.json` there, or, resuming, checks that the data
@@ -42,7 +44,8 @@ class RunMetadata(pl.Callback):
     checkpoint's run (`TaskModule.on_load_checkpoint`)."""
 
     def __init__(self):
-        self.info: dict = {}
+        self.record: RunRecord | None = None
+        self.pending: dict[str, Any] = {}  # marked before fit start (another callback's on_fit_start ran first)
         self.dir: Path | None = None
 
     def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
@@ -52,29 +55,29 @@ class RunMetadata(pl.Callback):
 
     def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         datamodule = trainer.datamodule
-        self.info = {
-            "status": RUNNING,
-            "seed": int(os.environ.get("PL_GLOBAL_SEED", -1)),
-            "git_commit": git_commit(exclude=(self.dir, os.environ.get(SWEEP_DIR_VAR))),
-            "packages": package_versions(),
-            "data_checksum": getattr(datamodule, "data_checksum", None),
+        self.record = RunRecord(
+            status=RUNNING,
+            seed=int(os.environ.get("PL_GLOBAL_SEED", -1)),
+            git_commit=git_commit(exclude=(self.dir, os.environ.get(SWEEP_DIR_VAR))),
+            packages=package_versions(),
+            data_checksum=getattr(datamodule, "data_checksum", None),
             # each split's checksum and what `cli.py test` evaluates (text corpora; None elsewhere)
-            "data_splits": getattr(datamodule, "split_checksums", None),
-            "test_split": getattr(datamodule, "test_split", None),
-            "threads": torch.get_num_threads(),
-            "processes": trainer.world_size,
+            data_splits=getattr(datamodule, "split_checksums", None),
+            test_split=getattr(datamodule, "test_split", None),
+            threads=torch.get_num_threads(),
+            processes=trainer.world_size,
             **pl_module.model_stats(),
-        }
+            **self.pending,
+        )
         self._write(trainer)
         experiment = getattr(trainer.logger, "experiment", None)
         if trainer.is_global_zero and hasattr(experiment, "add_text"):
-            experiment.add_text("run", "```\n" + json.dumps(self.info, indent=2, default=str) + "\n```", 0)
+            experiment.add_text("run", "```\n" + self.record.to_json() + "\n```", 0)
 
     def on_fit_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        if self.info.get("status") == RUNNING:
-            self.info["status"] = DONE
-        self.info["steps"] = trainer.global_step
-        self._write(trainer)
+        if self.record is not None:
+            status = DONE if self.record.status == RUNNING else self.record.status
+            self.mark(trainer, status=status, steps=trainer.global_step)
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """`cli.py test` of a run's checkpoint records its test metrics, the split and the checkpoint in that
@@ -83,26 +86,33 @@ class RunMetadata(pl.Callback):
         run = evaluated_run(trainer)
         if run is None or not trainer.is_global_zero:  # one writer; no collective below this line
             return
+        record = read_run_record(run)
+        if record is None:
+            warnings.warn(f"{run} has no run.json to record the test in", stacklevel=1)
+            return
         datamodule = trainer.datamodule
-        metrics = {k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(f"{TEST_STAGE}/")}
-        tested = {
-            "checkpoint": Path(trainer.ckpt_path).name,
-            "step": trainer.global_step,
-            "test_split": getattr(datamodule, "test_split", None),
-            "data_splits": getattr(datamodule, "split_checksums", None),
-            "metrics": metrics,
-        }
-        write_json_atomic(run / RUN_JSON, read_run_json(run) | {TEST_STAGE: tested})
+        tested = TestRecord(
+            checkpoint=Path(trainer.ckpt_path).name,
+            step=trainer.global_step,
+            test_split=getattr(datamodule, "test_split", None),
+            data_splits=getattr(datamodule, "split_checksums", None),
+            metrics={k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(f"{TEST_STAGE}/")},
+        )
+        replace(record, test=tested).write(run)
 
-    def mark(self, trainer: pl.Trainer, **fields) -> None:
-        self.info.update(fields)
+    def mark(self, trainer: pl.Trainer, **fields: Any) -> None:
+        """Sets record fields (a misspelt name is a TypeError) and rewrites the file."""
+        if self.record is None:
+            self.pending.update(fields)
+            return
+        self.record = replace(self.record, **fields)
         self._write(trainer)
 
     def _write(self, trainer: pl.Trainer) -> None:
         if trainer.is_global_zero:  # one writer; no collective below this line
-            assert self.dir is not None, "RunMetadata.setup has not run"
+            assert self.dir is not None and self.record is not None, "RunMetadata.on_fit_start has not run"
             self.dir.mkdir(parents=True, exist_ok=True)
-            write_json_atomic(self.dir / RUN_JSON, self.info)
+            self.record.write(self.dir)
 
 
 class DivergenceGuard(pl.Callback):
@@ -128,7 +138,8 @@ class DivergenceGuard(pl.Callback):
 
 
 def mark_run(trainer: pl.Trainer, **fields) -> None:
-    """Adds `fields` to the run's `run.json` through its `RunMetadata` callback (rank 0 writes)."""
+    """Sets `fields` of the run's `run.json` (`RunRecord`'s names) through its `RunMetadata` callback (rank 0
+    writes)."""
     for callback in trainer.callbacks:
         if isinstance(callback, RunMetadata):
             callback.mark(trainer, **fields)

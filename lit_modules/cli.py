@@ -79,16 +79,6 @@ class SuiteArgumentParser(LightningArgumentParser):
         super().__init__(*args, **kwargs)
 
 
-# The private LightningCLI methods SuiteCLI overrides, with the parameters each override was written for.
-# Private methods may change in any release: requirements.txt pins the Lightning versions they are known in,
-# and tests/lit_modules/test_cli_private_api.py names the method whose installed signature differs.
-PRIVATE_OVERRIDES: dict[str, tuple[str, ...]] = {
-    "_parse_ckpt_path": ("self",),
-    "_run_subcommand": ("self", "subcommand"),
-    "_instantiate_trainer": ("self", "config", "callbacks"),
-}
-
-
 class SuiteCLI(LightningCLI):
     usage_command: str | None = None  # the command a usage hint names (a tool built on this CLI sets its own)
 
@@ -108,8 +98,7 @@ class SuiteCLI(LightningCLI):
             words = _words(args)
             raise ConfigError(explain_parse_error(err, lambda where, cls: self._known_keys(words, where, cls))) from err
 
-    # private (PRIVATE_OVERRIDES): known to work with Lightning 2.6.0-2.6.6; added in 2.5.5, but before 2.6.0
-    # it failed on a subclass-mode model's hyperparameters, which every suite checkpoint has
+    # private (lit_modules.private_api, with the Lightning versions it is known in)
     def _parse_ckpt_path(self) -> None:
         # the files the run will read, before Lightning reads the checkpoint here and anything is built
         config = self.config.get(self.config.get("subcommand") or "", self.config)
@@ -130,8 +119,7 @@ class SuiteCLI(LightningCLI):
 
     def _known_keys(self, words: list[str], where: str, class_path: str | None) -> list[str]:
         """Every key of the (sub)command the words name, and of the class at `where` (`model`, `data`)."""
-        # `_subcommand_parsers` is LightningCLI's private attribute (the same in 2.5.0-2.6.6); without it,
-        # the top-level parser's keys
+        # `_subcommand_parsers`: private (lit_modules.private_api); without it, the top-level parser's keys
         subcommand = next((w for w in words if w in SUBCOMMANDS), None)
         parser = getattr(self, "_subcommand_parsers", {}).get(subcommand, self.parser)
         nested = [f"{where}.{key}" for key in class_keys(class_path)] if where and class_path else []
@@ -155,7 +143,7 @@ class SuiteCLI(LightningCLI):
                 raise
             raise error from err
 
-    # private (PRIVATE_OVERRIDES): known to work with Lightning 2.6.0-2.6.6 (the same signature since 2.5.0)
+    # private (lit_modules.private_api)
     def _run_subcommand(self, subcommand: str) -> None:
         # Some DataModules read (and check) their files only in prepare_data/setup; what a DataModule
         # raises there is the user's to fix (a missing or corrupt file). Any other error keeps its traceback.
@@ -167,7 +155,7 @@ class SuiteCLI(LightningCLI):
                 raise
             raise error from err
 
-    # private (PRIVATE_OVERRIDES): known to work with Lightning 2.6.0-2.6.6 (the same signature since 2.5.0)
+    # private (lit_modules.private_api)
     def _instantiate_trainer(self, config: dict[str, Any], callbacks: list) -> pl.Trainer:
         if in_sweep() and config.get("enable_model_summary") is None:  # a sweep's runs: on only when asked
             config = {**config, "enable_model_summary": False}

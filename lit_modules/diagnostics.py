@@ -22,6 +22,7 @@ import lightning.pytorch as pl
 import torch
 from torch import Tensor
 
+from contract.run_record import ProbeHeadlines
 from models.diagnostics import Probe
 
 from .callbacks import mark_run
@@ -180,7 +181,7 @@ class Diagnostics(pl.Callback):
             logger.log_metrics(scalars, step=self._step)
         # the last probe's headlines in run.json, so the ledger has them as columns (`RUN_DIAGNOSTICS`)
         headline = {k.removeprefix(f"{TAG}/"): v for k, v in scalars.items() if k.count("/") == 1}
-        mark_run(trainer, diagnostics={"step": self._step, **headline})
+        mark_run(trainer, diagnostics=ProbeHeadlines(step=self._step, **headline))
         if self.heatmap_every_n_steps and (
             self._drawn_at is None or self._step - self._drawn_at >= self.heatmap_every_n_steps
         ):
@@ -249,10 +250,10 @@ class LossSpikes(pl.Callback):
         return False
 
     def on_fit_start(self, trainer, pl_module) -> None:
-        mark_run(trainer, **self._fields())  # a resumed run's count, restored from its checkpoint
+        self._record(trainer)  # a resumed run's count, restored from its checkpoint
 
     def on_train_end(self, trainer, pl_module) -> None:  # whatever order the callbacks' on_fit_start ran in
-        mark_run(trainer, **self._fields())
+        self._record(trainer)
 
     def on_train_batch_start(self, trainer, pl_module, batch, batch_idx) -> None:
         self._step = trainer.global_step  # the step the batch's loss belongs to (counted up after the update)
@@ -262,12 +263,12 @@ class LossSpikes(pl.Callback):
         if loss is None:
             loss = outputs["loss"] if isinstance(outputs, dict) else outputs
         if self.observe(self._step, float(loss)):
-            mark_run(trainer, **self._fields())
+            self._record(trainer)
             for logger in trainer.loggers:
                 logger.log_metrics({f"{TAG}/loss_spikes": float(self.count)}, step=self._step)
 
-    def _fields(self) -> dict[str, Any]:
-        return {"loss_spikes": self.count, "loss_spike_steps": list(self.steps)}
+    def _record(self, trainer: pl.Trainer) -> None:
+        mark_run(trainer, loss_spikes=self.count, loss_spike_steps=tuple(self.steps))
 
     def state_dict(self) -> dict[str, Any]:  # a resumed run goes on counting where it stopped
         return {"losses": list(self.losses), "steps": self.steps, "count": self.count, "in_spike": self._in_spike}

@@ -44,7 +44,8 @@ def _chain(err: BaseException | None) -> list[BaseException]:
 
 
 def option_keys(parser: ArgumentParser) -> list[str]:
-    """The dotted keys a parser accepts on the command line (`trainer.max_steps`, ...)."""
+    """The dotted keys a parser accepts on the command line (`trainer.max_steps`, ...); argparse's private
+    `_option_string_actions` (lit_modules.private_api): argparse has no public list of a parser's options."""
     return [option[2:] for option in parser._option_string_actions if option.startswith("--")]
 
 

@@ -36,3 +36,27 @@ def quantize_model(model: nn.Module, quantize: Quantize, device: torch.device | 
         warnings.filterwarnings("ignore", category=DeprecationWarning)
         warnings.filterwarnings("ignore", message=".*torch.ao.quantization.*|.*quantized tensor creation.*")
         return torch.ao.quantization.quantize_dynamic(model.eval(), {nn.Linear}, dtype=dtype)
+
+
+class Int8Evaluation:
+    """Mixin of `TaskModule`: `quantize: int8` evaluates with the quantized model and refuses to train it."""
+
+    def setup(self, stage: str) -> None:
+        if stage == "fit" and self.quantize != "none":
+            raise ConfigError(
+                f"model.quantize: {self.quantize} is post-training quantization: use it with cli.py validate, "
+                "test or predict (with --ckpt_path), not fit"
+            )
+
+    def _quantize_for_evaluation(self) -> None:
+        if self.quantize != "none" and not self.trainer.state.fn == "fit":
+            self.model = quantize_model(self.base_model, self.quantize, self.device)
+
+    def on_validation_start(self) -> None:
+        self._quantize_for_evaluation()
+
+    def on_test_start(self) -> None:
+        self._quantize_for_evaluation()
+
+    def on_predict_start(self) -> None:
+        self._quantize_for_evaluation()

@@ -3,7 +3,9 @@ offline default corpus, 12 steps, validated every 4 and checkpointed every 2."""
 
 from __future__ import annotations
 
+import functools
 import os
+import re
 from pathlib import Path
 from typing import Any
 
@@ -39,7 +41,26 @@ LONG_FILES_FIRST = (
 )
 
 
+# `make check`, the inner loop, runs the tests not marked `long`: a file is long when it trains or starts another
+# process (its source calls one of these), or when it is named below (seconds of computation: bootstrap fits,
+# DataLoader workers, every spec parsed, every dataset's batches hashed)
+STARTS_TRAINING_OR_A_PROCESS = re.compile(
+    r"subprocess|Popen|Trainer\(|\.fit\(|cli\.main\(|cli_main\(|sweep\.main\(|run_sweep\(|\bmain\(\["
+)
+LONG_FILES = ("test_ladder_fit.py", "test_data_base.py", "test_same_sweep.py", "test_data_fingerprints.py",
+              "test_data_translation.py", "test_relative_bias.py", "test_t5_bias.py", "test_encoder_decoder.py",
+              "test_test_splits.py")  # fmt: skip
+
+
+@functools.cache
+def is_long(path: Path) -> bool:
+    return path.name in LONG_FILES or bool(STARTS_TRAINING_OR_A_PROCESS.search(path.read_text()))
+
+
 def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    for item in items:
+        if item.path.name.startswith("test_") and is_long(item.path):
+            item.add_marker(pytest.mark.long)
     rank = {name: i for i, name in enumerate(LONG_FILES_FIRST)}
     items.sort(key=lambda item: rank.get(item.path.name, len(rank)))  # stable: a file keeps its order
 

@@ -7,7 +7,6 @@ are real `cli.py` processes, as a user starts them; dropout is off (its draws ar
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import signal
@@ -19,6 +18,7 @@ from pathlib import Path
 
 import pytest
 
+from contract.run_record import read_run_record
 from experiments.records.events import read_scalars
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -124,8 +124,8 @@ def test_two_processes_train_and_validate_like_one(family, runs):
             assert two.curves[tag][step] == pytest.approx(value, rel=1e-4, abs=1e-7), f"{tag} at step {step}"
     # rank 0 alone writes the run's files
     assert len(list(two_dir.glob("events.out.tfevents.*"))) == 1
-    info = json.loads((two_dir / "run.json").read_text())
-    assert info["status"] == "done" and info["processes"] == 2 and info["steps"] == STEPS
+    info = read_run_record(two_dir)
+    assert info.status == "done" and info.processes == 2 and info.steps == STEPS
 
 
 @pytest.mark.slow  # Lightning's resume on 2 processes (48 s); the per-family DDP tests stay; make test-all
@@ -153,12 +153,12 @@ def test_a_killed_ddp_run_resumes_to_the_same_end(tmp_path, runs):
     time.sleep(0.2)
     assert zipfile.is_zipfile(last), "killed while writing the checkpoint (the sweep would start over)"
     run = tmp_path / "killed" / "lightning_logs" / "run"
-    assert json.loads((run / "run.json").read_text())["status"] == "running", "finished before the kill"
+    assert read_run_record(run).status == "running", "finished before the kill"
     resumed = subprocess.run([*command, f"--ckpt_path={last}"], cwd=ROOT, env=env, capture_output=True, text=True,
                              timeout=300)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     again = read_scalars(run)
-    assert json.loads((run / "run.json").read_text())["status"] == "done"
+    assert read_run_record(run).status == "done"
     assert again.last("val/loss") == pytest.approx(whole.last("val/loss"), rel=1e-5)
     final = STEPS - 1
     assert again.curves["train/loss"][final] == pytest.approx(whole.curves["train/loss"][final], rel=1e-5)
@@ -166,9 +166,9 @@ def test_a_killed_ddp_run_resumes_to_the_same_end(tmp_path, runs):
 
 def test_a_divergence_on_any_process_stops_every_process_once(tmp_path):
     run = fit("gpt", 2, tmp_path, "--model.optim.lr=1000", "--model.optim.warmup_steps=0", "--divergence.max_loss=6")
-    info = json.loads((run / "run.json").read_text())
-    assert info["status"] == "diverged" and info["diverged_at_step"] < STEPS
-    assert info["steps"] == info["diverged_at_step"]
+    info = read_run_record(run)
+    assert info.status == "diverged" and info.diverged_at_step < STEPS
+    assert info.steps == info.diverged_at_step
 
 
 @pytest.fixture(scope="module")
@@ -218,7 +218,7 @@ def test_a_run_on_a_token_store_killed_mid_epoch_resumes_with_the_same_batches(o
     first.wait()
     time.sleep(0.2)
     run = root / "killed" / "lightning_logs" / "run"
-    assert json.loads((run / "run.json").read_text())["status"] == "running", "finished before the kill"
+    assert read_run_record(run).status == "running", "finished before the kill"
     resumed = subprocess.run([*command, f"--ckpt_path={checkpoints / 'last.ckpt'}"], cwd=ROOT, env=env,
                              capture_output=True, text=True, timeout=300)  # fmt: skip
     assert resumed.returncode == 0, resumed.stderr[-3000:]

@@ -16,17 +16,24 @@ HEAVY = ("torch", "lightning", "pytorch_lightning", "torchmetrics", "jsonargpars
 
 
 def test_import_contracts_hold():
+    # a missing tool fails: a skipped contract check reads as a kept one
     lint = shutil.which("lint-imports", path=str(Path(sys.executable).parent))
-    if lint is None:
-        pytest.skip("import-linter is not installed (requirements-test.txt lists it)")
+    assert lint is not None, f"lint-imports is not beside {sys.executable}: pip install -r requirements-test.txt"
     result = subprocess.run([lint, "--no-cache"], cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, f"an import contract is broken:\n{result.stdout}{result.stderr}"
+
+
+def test_a_missing_linter_fails_rather_than_skips(monkeypatch):
+    monkeypatch.setattr(shutil, "which", lambda *args, **kwargs: None)
+    with pytest.raises(AssertionError, match="lint-imports is not beside"):
+        test_import_contracts_hold()
 
 
 @pytest.mark.parametrize(
     "module",
     [
         "contract.run_folder",
+        "contract.run_record",
         "contract.git",
         "contract.metrics",
         "experiments.records.ledger",

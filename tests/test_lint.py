@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import importlib.util
 import subprocess
 import sys
 from pathlib import Path
@@ -12,7 +13,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def test_ruff_check_passes():
-    pytest.importorskip("ruff")  # listed in requirements-test.txt
+    # a missing tool fails: a skipped lint reads as a clean one
+    assert importlib.util.find_spec("ruff"), f"ruff is not installed in {sys.prefix}: see requirements-test.txt"
     result = subprocess.run(
         [sys.executable, "-m", "ruff", "check", str(ROOT)],
         cwd=ROOT,
@@ -20,3 +22,9 @@ def test_ruff_check_passes():
         text=True,
     )
     assert result.returncode == 0, f"ruff check failed:\n{result.stdout}{result.stderr}"
+
+
+def test_a_missing_ruff_fails_rather_than_skips(monkeypatch):
+    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *args: None)
+    with pytest.raises(AssertionError, match="ruff is not installed"):
+        test_ruff_check_passes()

@@ -6,7 +6,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.git import UNKNOWN
-from contract.run_folder import read_run_json
+from contract.run_record import read_run_record
 from experiments.analysis.comparison import Analysis
 
 
@@ -27,7 +27,7 @@ def check_code(out_dir: Path, analysis: Analysis) -> CodeCheck:
     for cell in analysis.cells:
         for row in cell.rows:
             run_dir = out_dir / cell.name / f"seed{row['seed']}"
-            commit = row.get("git_commit") or read_run_json(run_dir).get("git_commit")
+            commit = row.get("git_commit") or getattr(read_run_record(run_dir), "git_commit", None)
             code.setdefault(cell.name, []).append(str(commit or UNKNOWN))
     runs = [commit for commits in code.values() for commit in commits]
     if not runs:

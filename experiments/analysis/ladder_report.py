@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import math
 import re
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -21,8 +22,8 @@ from contract.metrics import higher_is_better
 from experiments.analysis import plots
 from experiments.analysis.comparison import Analysis, CellResult
 from experiments.analysis.formatting import p_text
-from experiments.analysis.ladder_fit import LadderFit, crossing, fit_ladder
-from experiments.analysis.stats import paired_difference
+from experiments.analysis.ladder_fit import Crossing, LadderFit, crossing, fit_ladder
+from experiments.analysis.stats import Comparison, paired_difference
 
 AXES = {"params": "non-embedding parameters", "flops": "training FLOPs"}
 
@@ -46,16 +47,114 @@ def _sizes(analysis: Analysis, info: dict[str, Any]) -> dict[str, dict[str, tupl
     return out
 
 
-def _fits(sizes, metric: str, axis: int) -> tuple[dict[str, dict[float, list[float]]], dict[str, LadderFit | None]]:
-    points = {
+def _points(sizes, metric: str, axis: int) -> dict[str, dict[float, list[float]]]:
+    """cell -> size on `axis` (1: parameters, 2: FLOPs) -> the metric of each seed there."""
+    return {
         cell: {by[axis]: list(by[0].values(metric).values()) for by in rungs.values() if math.isfinite(by[axis])}
         for cell, rungs in sizes.items()
     }
-    return points, {cell: fit_ladder(p) if len(p) else None for cell, p in points.items()}
+
+
+def _fit_all(points: dict[str, dict[float, list[float]]]) -> dict[str, LadderFit | None]:
+    return {cell: fit_ladder(p) if len(p) else None for cell, p in points.items()}
 
 
 def _interval(low: float, high: float) -> str:
     return f"[{low:.3g}, {high:.3g}]"
+
+
+@dataclass(frozen=True)
+class SizeResult:
+    """One cell at one size: the metric of each done run (seed -> value) and the size's own accounting."""
+
+    values: dict[int, float]
+    params: float  # non-embedding parameters
+    flops: float  # training FLOPs
+
+    @property
+    def mean(self) -> float:
+        return float(np.mean(list(self.values.values()))) if self.values else math.nan
+
+    @property
+    def std(self) -> float:
+        return float(np.std(list(self.values.values()), ddof=1)) if len(self.values) > 1 else math.nan
+
+
+@dataclass(frozen=True)
+class LadderRow:
+    """One cell across the ladder: its result at each size it has, and its fit against parameters."""
+
+    cell: str
+    sizes: dict[str, SizeResult]
+    fit: LadderFit | None
+
+
+@dataclass(frozen=True)
+class SizeRanking:
+    """The cells at one size, best first, and each one's paired difference from the baseline cell there."""
+
+    size: str
+    ranking: tuple[str, ...]
+    differences: dict[str, Comparison]
+
+
+@dataclass(frozen=True)
+class LadderTable:
+    """A ladder's results for one metric, as the report's `## Ladder` section shows them.
+
+    Args:
+        metric: the metric (the main one, or one of the spec's `ladder_metrics`).
+        sizes: the ladder's size names, smallest first.
+        baseline: the baseline cell (before the ladder: compared at every size); None without one.
+        rows: each cell's results and fit.
+        rankings: each size's ranking and differences from the baseline.
+        crossings: where each cell's fitted curve crosses the baseline's (cells with a fit, when the baseline has one).
+    """
+
+    metric: str
+    sizes: tuple[str, ...]
+    baseline: str | None
+    rows: tuple[LadderRow, ...]
+    rankings: tuple[SizeRanking, ...]
+    crossings: dict[str, Crossing]
+
+    def row(self, cell: str) -> LadderRow:
+        return next(r for r in self.rows if r.cell == cell)
+
+
+def ladder_table(analysis: Analysis, info: dict[str, Any], metric: str) -> LadderTable:
+    """A ladder sweep's results for `metric` (see `LadderTable`), from its analysis and `sweep.json` (`info`)."""
+    names = tuple(s["name"] for s in info["ladder"]["sizes"])
+    sizes = _sizes(analysis, info)
+    baseline = info["ladder"]["cells"].get(analysis.baseline or "", [None])[0]
+    sign = -1.0 if higher_is_better(metric) else 1.0
+    fits = _fit_all(_points(sizes, metric, 1))
+    rows = tuple(
+        LadderRow(cell, {name: SizeResult(r.values(metric), n, f) for name, (r, n, f) in rungs.items()}, fits[cell])
+        for cell, rungs in sizes.items()
+    )
+    rankings = []
+    for name in names:
+        here = {cell: rungs[name][0] for cell, rungs in sizes.items() if name in rungs}
+        means = {c: np.mean(list(r.values(metric).values())) for c, r in here.items() if r.values(metric)}
+        differences = {
+            cell: paired_difference(result.values(metric), here[baseline].values(metric))
+            for cell, result in here.items()
+            if baseline in here and cell != baseline
+        }
+        rankings.append(SizeRanking(name, tuple(sorted(means, key=lambda c: sign * means[c])), differences))
+    crossings = {}
+    if fits.get(baseline):
+        crossings = {c: crossing(f, fits[baseline]) for c, f in fits.items() if c != baseline and f is not None}
+    return LadderTable(metric, names, baseline, rows, tuple(rankings), crossings)
+
+
+def ladder_tables(analysis: Analysis, info: dict[str, Any]) -> list[LadderTable]:
+    """The ladder's results for the main metric and each of the spec's `ladder_metrics` that a run logged."""
+    if analysis.main is None:
+        return []
+    metrics = [analysis.main, *(m for m in info.get("ladder_metrics", []) if m != analysis.main)]
+    return [ladder_table(analysis, info, m) for m in metrics if m in analysis.metrics]
 
 
 def ladder_section(out_dir: Path, analysis: Analysis, info: dict[str, Any]) -> tuple[str, list[tuple[str, Path]]]:
@@ -64,68 +163,58 @@ def ladder_section(out_dir: Path, analysis: Analysis, info: dict[str, Any]) -> t
     if analysis.main is None:
         return "## Ladder\n\nNo validation metric logged yet.", []
     extra = [m for m in info.get("ladder_metrics", []) if m != analysis.main]
+    tables = {t.metric: t for t in ladder_tables(analysis, info)}
     parts, figures = ["## Ladder"], []
     for metric in [analysis.main, *extra]:
-        if metric not in analysis.metrics:
+        if metric not in tables:
             parts.append(f"### `{metric}`\n\nNot logged by any run yet.")
             continue
-        text, found = _metric_ladder(out_dir, analysis, info, metric, suffix="" if metric == analysis.main else
-                                     "_" + re.sub(r"[^A-Za-z0-9]+", "_", metric).strip("_"))  # fmt: skip
+        suffix = "" if metric == analysis.main else "_" + re.sub(r"[^A-Za-z0-9]+", "_", metric).strip("_")
+        text = _markdown(tables[metric])
         parts.append(text if metric == analysis.main and not extra else f"### `{metric}`\n\n{text}")
-        figures += found
+        figures += _figures(out_dir, tables[metric], _sizes(analysis, info), suffix)
     return "\n\n".join(parts), figures
 
 
-def _metric_ladder(
-    out_dir: Path, analysis: Analysis, info: dict[str, Any], metric: str, suffix: str
-) -> tuple[str, list[tuple[str, Path]]]:
-    names = [s["name"] for s in info["ladder"]["sizes"]]
-    sizes = _sizes(analysis, info)
-    baseline = info["ladder"]["cells"].get(analysis.baseline or "", [None])[0]
-    sign = -1.0 if higher_is_better(metric) else 1.0
+def _ci(value: float, ci: dict[str, tuple[float, float]], key: str) -> str:
+    return f"{value:.3f}" + (f" {_interval(*ci[key])}" if ci else "")
+
+
+def _markdown(table: LadderTable) -> str:
+    metric, baseline = table.metric, table.baseline
     lines = [f"Each cell at every size; `{metric}` (mean ± std over seeds) with the size's non-embedding "
              "parameters. Fits: L = E + A·N^−α on the seed means, 95% CIs from a bootstrap over seeds."]  # fmt: skip
-    head = ["cell", *names, "E", "α", "fit notes"]
+    head = ["cell", *table.sizes, "E", "α", "fit notes"]
     rows = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    points, fits = _fits(sizes, metric, 1)
-    for cell, rungs in sizes.items():
+    for row in table.rows:
         shown = []
-        for name in names:
-            result, n, _ = rungs.get(name, (None, math.nan, math.nan))
-            values = list(result.values(metric).values()) if result else []
-            spread = f" ± {np.std(values, ddof=1):.3f}" if len(values) > 1 else ""
-            shown.append(f"{np.mean(values):.3f}{spread} ({n:,.0f})" if values else "—")
-        f = fits[cell]
-        e = f"{f.point.e:.3f}" + (f" {_interval(*f.ci['e'])}" if f.ci else "") if f else "—"
-        alpha = f"{f.point.alpha:.3f}" + (f" {_interval(*f.ci['alpha'])}" if f.ci else "") if f else "—"
+        for name in table.sizes:
+            at = row.sizes.get(name)
+            spread = f" ± {at.std:.3f}" if at and len(at.values) > 1 else ""
+            shown.append(f"{at.mean:.3f}{spread} ({at.params:,.0f})" if at and at.values else "—")
+        f = row.fit
+        e, alpha = (_ci(f.point.e, f.ci, "e"), _ci(f.point.alpha, f.ci, "alpha")) if f else ("—", "—")
         notes = "; ".join(f.warnings) if f else "no fit (fewer sizes than parameters, or it failed)"
-        rows.append("| " + " | ".join([f"`{cell}`", *shown, e, alpha, notes]) + " |")
+        rows.append("| " + " | ".join([f"`{row.cell}`", *shown, e, alpha, notes]) + " |")
     lines.append("\n".join(rows))
 
-    # the ranking at each size, and each cell minus the baseline cell there, paired by seed
     rank_rows = ["| size | ranking (best first) | " + (f"− `{baseline}` [95% CI], p" if baseline else "") + " |",
                  "|---|---|---|"]  # fmt: skip
-    for name in names:
-        here = {cell: rungs[name][0] for cell, rungs in sizes.items() if name in rungs}
-        means = {c: np.mean(list(r.values(metric).values())) for c, r in here.items() if r.values(metric)}
-        ranking = " > ".join(f"`{c}`" for c in sorted(means, key=lambda c: sign * means[c]))
+    for size in table.rankings:
         diffs = []
-        if baseline in here:
-            for cell, result in here.items():
-                if cell != baseline:
-                    d = paired_difference(result.values(metric), here[baseline].values(metric))
-                    ci = f" [{d.ci_low:+.3f}, {d.ci_high:+.3f}]" if math.isfinite(d.ci_low) else " (one seed: no CI)"
-                    diffs.append(f"`{cell}` {d.diff:+.3f}{ci}, p = {p_text(d.p_value)}")
-        rank_rows.append(f"| {name} | {ranking} | {'; '.join(diffs)} |")
+        for cell, d in size.differences.items():
+            ci = f" [{d.ci_low:+.3f}, {d.ci_high:+.3f}]" if math.isfinite(d.ci_low) else " (one seed: no CI)"
+            diffs.append(f"`{cell}` {d.diff:+.3f}{ci}, p = {p_text(d.p_value)}")
+        ranking = " > ".join(f"`{c}`" for c in size.ranking)
+        rank_rows.append(f"| {size.size} | {ranking} | {'; '.join(diffs)} |")
     lines += [f"Ranking by `{metric}` at each size:", "\n".join(rank_rows)]
 
-    if baseline in fits and fits[baseline]:
+    base_fit = table.row(baseline).fit if any(r.cell == baseline for r in table.rows) else None
+    if base_fit:
         text = []
-        for cell, f in fits.items():
-            if cell == baseline or f is None:
-                continue
-            c = crossing(f, fits[baseline])
-            low, high = max(f.point.n_min, fits[baseline].point.n_min), min(f.point.n_max, fits[baseline].point.n_max)
+        for cell, c in table.crossings.items():
+            f = table.row(cell).fit
+            low, high = max(f.point.n_min, base_fit.point.n_min), min(f.point.n_max, base_fit.point.n_max)
             where = (
                 f"cross at N ≈ {c.n:,.0f}" + (f" (95% CI {_interval(*c.ci)})" if c.ci else "")
                 if c.n else f"no crossing within the ladder (N {low:,.0f} – {high:,.0f})"
@@ -134,12 +223,18 @@ def _metric_ladder(
             text.append(f"- `{cell}` and `{baseline}`: {where}{share}.")
         lines += ["Crossings of the fitted curves (within the ladder's sizes only; beyond them a fit is an "
                   "extrapolation):", "\n".join(text) or "- (one cell)"]  # fmt: skip
+    return "\n\n".join(lines)
 
+
+def _figures(out_dir: Path, table: LadderTable, sizes, suffix: str) -> list[tuple[str, Path]]:
+    """The log-log plots of `table`'s metric against parameters (with its fits) and against training FLOPs."""
     figures = []
     for axis, key in ((1, "params"), (2, "flops")):
-        axis_points, axis_fits = (points, fits) if axis == 1 else _fits(sizes, metric, axis)
+        points = _points(sizes, table.metric, axis)
+        fits = {row.cell: row.fit for row in table.rows} if axis == 1 else _fit_all(points)
         path = Path("plots") / f"ladder_{key}{suffix}.png"
-        laws = {cell: (f.point if f else None) for cell, f in axis_fits.items()}
-        if plots.ladder_curves(axis_points, laws, AXES[key], metric, out_dir / path):
-            figures.append((f"{metric} against {AXES[key]} (ladder; band: min–max over seeds; dashed: fit)", path))
-    return "\n\n".join(lines), figures
+        laws = {cell: (f.point if f else None) for cell, f in fits.items()}
+        if plots.ladder_curves(points, laws, AXES[key], table.metric, out_dir / path):
+            caption = f"{table.metric} against {AXES[key]} (ladder; band: min–max over seeds; dashed: fit)"
+            figures.append((caption, path))
+    return figures

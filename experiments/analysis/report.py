@@ -15,7 +15,7 @@ from contract.run_folder import ENDED
 from experiments.analysis.code_check import check_code
 from experiments.analysis.comparison import Analysis, analyse
 from experiments.analysis.figures import make_plots
-from experiments.analysis.ladder_report import ladder_section
+from experiments.analysis.ladder_report import LadderTable, ladder_section, ladder_tables
 from experiments.analysis.markdown_tables import metric_table, tables_markdown
 from experiments.analysis.report_csv import write_csv
 from experiments.analysis.stats import CONFIDENCE, EQUIVALENCE_TEST, PAIRED_TEST, POWER
@@ -50,6 +50,25 @@ def header_markdown(out_dir: Path, info: dict[str, Any], ledger: Ledger, analysi
     return "\n".join(header)
 
 
+def load(out_dir: Path) -> tuple[dict[str, Any], Ledger, Analysis]:
+    """A sweep folder's `sweep.json` ({} without one), its ledger, and their analysis."""
+    info_path = out_dir / SWEEP_INFO
+    info = json.loads(info_path.read_text()) if info_path.exists() else {}
+    ledger = Ledger(out_dir / LEDGER_NAME)
+    return info, ledger, analyse(ledger, info)
+
+
+def ladder_results(out_dir: Path) -> list[LadderTable]:
+    """A ladder sweep's results as data (what its report's `## Ladder` section shows): one table for the main
+    metric and one per `ladder_metrics` logged; [] for a sweep without a ladder or before any metric.
+
+    Args:
+        out_dir: a sweep folder.
+    """
+    info, _, analysis = load(out_dir)
+    return ladder_tables(analysis, info) if info.get("ladder") else []
+
+
 def build_report(out_dir: Path) -> str:
     """Writes report.md, report.csv, the plots and the TensorBoard summary of the sweep in `out_dir`.
 
@@ -59,10 +78,7 @@ def build_report(out_dir: Path) -> str:
     Returns:
         The main metric's table and the warnings, for printing.
     """
-    info_path = out_dir / SWEEP_INFO
-    info = json.loads(info_path.read_text()) if info_path.exists() else {}
-    ledger = Ledger(out_dir / LEDGER_NAME)
-    analysis = analyse(ledger, info)
+    info, ledger, analysis = load(out_dir)
     axis_values = {c.name: {a: c.rows[0].get(a, "") for a in analysis.axes} for c in analysis.cells}
     figures = make_plots(out_dir, analysis)
     code = check_code(out_dir, analysis)

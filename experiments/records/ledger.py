@@ -19,7 +19,8 @@ from pathlib import Path
 from typing import Any
 
 from contract.files import write_atomic
-from contract.run_folder import TEST_STAGE, read_run_json
+from contract.run_folder import TEST_STAGE
+from contract.run_record import RUN_DIAGNOSTICS, RUN_STATS, read_run_record
 from experiments.records.values import format_value
 
 HEAD = ("cell", "seed", "status")
@@ -30,10 +31,7 @@ SEARCH_MARK = "~"  # a search run's cell: `<cell>~<point>` (a folder beside the 
 STATS = ("steps", "diverged_at_step", "loss_spikes", "wall_time_s", "params", "params_non_embedding",
          "params_trainable", "flops_per_token")  # fmt: skip
 TAIL = ("git_commit", "error")  # git_commit: the run's code, from run.json (`-dirty`: see its git.diff)
-# the last diagnostics probe's headlines (`lit_modules.diagnostics`), from run.json's `diagnostics`, as columns
-RUN_DIAGNOSTICS = ("attn_max_logit", "logit_max", "log_z", "residual_growth")
-# copied from run.json; loss_spikes: `lit_modules.diagnostics.LossSpikes` (runs older than it lack it)
-RUN_STATS = ("params", "params_non_embedding", "params_trainable", "flops_per_token", "loss_spikes")
+# copied from run.json: RUN_STATS, and RUN_DIAGNOSTICS as `diagnostics/<name>` (contract.run_record)
 
 
 def metric_sort_key(name: str) -> tuple:
@@ -73,27 +71,28 @@ def collect_row(
     """
     from experiments.records.events import read_scalars  # TensorBoard: only where rows are made, not in jobs
 
-    info = read_run_json(run_dir)
+    record = read_run_record(run_dir)  # None: the run never reached fit
     scalars = read_scalars(run_dir)
     last_step = max((max(points) for points in scalars.curves.values() if points), default=None)
     row = {"cell": cell, "seed": str(seed), "status": status}
     row |= {key: format_value(value) for key, value in axis_values.items()}
     row |= {
-        "steps": _number(info.get("steps", last_step)),
-        "diverged_at_step": _number(info.get("diverged_at_step")),
+        "steps": _number(record.steps if record and record.steps is not None else last_step),
+        "diverged_at_step": _number(record and record.diverged_at_step),
         "wall_time_s": _number(round(scalars.wall_time_s, 3)),
     }
-    row |= {key: _number(info.get(key)) for key in RUN_STATS}
-    diagnostics = info.get("diagnostics") or {}
-    row |= {f"diagnostics/{key}": _number(diagnostics[key]) for key in RUN_DIAGNOSTICS if key in diagnostics}
+    row |= {key: _number(getattr(record, key, None)) for key in RUN_STATS}
+    probe = record and record.diagnostics
+    headlines = {key: getattr(probe, key) for key in RUN_DIAGNOSTICS if probe and getattr(probe, key) is not None}
+    row |= {f"diagnostics/{key}": _number(value) for key, value in headlines.items()}
     for tag in scalars.curves:
         if tag.startswith("val/"):
             row[tag] = _number(scalars.last(tag, finite=True))
     if "train/loss" in scalars.curves:
         row["train/loss"] = _number(scalars.last("train/loss"))
-    for tag, value in info.get(TEST_STAGE, {}).get("metrics", {}).items():  # `cli.py test` of its checkpoint
+    for tag, value in (record.test.metrics if record and record.test else {}).items():  # `cli.py test` of it
         row[tag] = _number(value)
-    row["git_commit"] = str(info.get("git_commit", ""))
+    row["git_commit"] = record.git_commit if record else ""
     row["error"] = error
     return row
 

@@ -14,7 +14,8 @@ from contract.run_folder import DONE, last_checkpoint
 from experiments.records.ledger import FINAL_PHASE, PHASE_COLUMN, SEARCH_MARK, SEARCH_PHASE, Ledger
 from experiments.records.values import format_value
 from experiments.sweep.runs import Run
-from experiments.sweep.spec import Spec, cell_name, key_labels
+from experiments.sweep.spec import Spec
+from experiments.sweep.spec_cells import Cell, cell_name, key_labels
 from experiments.sweep.tuning import Point, SearchState, Tune, search
 from experiments.sweep.validate import CheckedCell, cell_args, override_args
 
@@ -96,7 +97,8 @@ def tuned_runs(
     tune = spec.tune
     assert tune is not None, "tuned_runs needs a spec with a tune: block"
 
-    def run_at(name: str, seed: int, point: Point, phase: str) -> Run:
+    def run_at(cell: Cell, name: str, seed: int, point: Point, phase: str) -> Run:
+        """`cell`'s run `name`/seed`seed` at `point`: a search run (`name` is `<cell>~<point>`) or a final one."""
         run_dir = out_dir / name / f"seed{seed}"
         args = (*run_args(spec, checked[cell.name], seed, run_dir), *override_args(tune.overrides(point)))
         columns = ((PHASE_COLUMN, phase), *((k, format_value(v)) for k, v in tune.overrides(point).items()))
@@ -112,9 +114,10 @@ def tuned_runs(
         state = states.setdefault(cell.name, states[spec.search_cell(cell).name])
         if spec.search_cell(cell) is cell:
             for point in state.points:
-                runs += [run_at(search_cell_name(cell.name, tune, point), s, point, SEARCH_PHASE) for s in tune.seeds]
+                runs += [run_at(cell, search_cell_name(cell.name, tune, point), s, point, SEARCH_PHASE)
+                         for s in tune.seeds]
         if state.chosen is not None:
-            runs += [run_at(cell.name, seed, state.chosen, FINAL_PHASE) for seed in spec.seeds]
+            runs += [run_at(cell, cell.name, seed, state.chosen, FINAL_PHASE) for seed in spec.seeds]
     return runs, states
 
 

@@ -89,12 +89,23 @@ def climb(cells: Sequence[C], rungs: tuple[Rung, ...], make: Callable[[str, dict
     return [make(ladder_name(c.name, r.name), c.overrides | r.overrides) for r in rungs for c in cells]
 
 
-def ladder_snapshot(cells: Sequence[HasOverrides], rungs: tuple[Rung, ...]) -> dict[str, Any]:
-    """What `sweep.json` keeps for the report: the rungs, and each ladder cell's (cell, rung)."""
-    return {
-        "sizes": [{"name": r.name, "overrides": r.overrides} for r in rungs],
-        "cells": {ladder_name(c.name, r.name): [c.name, r.name] for r in rungs for c in cells},
-    }
+@dataclass(frozen=True)
+class Ladder:
+    """A parsed `ladder:`: its sizes, and the spec's cells (before the ladder) each trained at every size."""
+
+    rungs: tuple[Rung, ...]
+    cells: tuple[str, ...]
+
+    @property
+    def keys(self) -> tuple[str, ...]:
+        return ladder_keys(self.rungs)
+
+    def snapshot(self) -> dict[str, Any]:
+        """What `sweep.json` keeps for the report: the rungs, and each ladder cell's (cell, rung)."""
+        return {
+            "sizes": [{"name": r.name, "overrides": r.overrides} for r in self.rungs],
+            "cells": {ladder_name(c, r.name): [c, r.name] for r in self.rungs for c in self.cells},
+        }
 
 
 def ladder_baseline(value: Any, cells: Sequence[HasOverrides], rungs: tuple[Rung, ...]) -> Any:

@@ -21,7 +21,8 @@ from dataclasses import dataclass
 from typing import BinaryIO, Literal
 
 from contract.files import write_json_atomic
-from contract.run_folder import DONE, FAILED, FINISHED, RUN_LOG, TEST_STAGE, read_run_json
+from contract.run_folder import DONE, FAILED, FINISHED, RUN_LOG
+from contract.run_record import read_run_record
 from experiments.records.ledger import Ledger
 from experiments.sweep.claims import CLAIM_NAME
 from experiments.sweep.processes import Processes, tee
@@ -53,9 +54,9 @@ def checkpoint_ok(run: Run) -> bool:
 def finished_outcome(run: Run) -> Outcome | None:
     """How the run's last attempt ended, from its folder: `run.json` (done, diverged), else a job's
     `outcome.json` (failed); None when it has not ended (never ran, interrupted, or running)."""
-    info = read_run_json(run.dir)
-    status = info.get("status")
-    if status in FINISHED and not (status == DONE and run.evaluate and TEST_STAGE not in info):
+    record = read_run_record(run.dir)
+    status = record.status if record else None
+    if status in FINISHED and not (status == DONE and run.evaluate and record.test is None):
         return Outcome(status)  # (a run to evaluate has finished once its test is recorded too)
     try:
         found = json.loads((run.dir / OUTCOME_NAME).read_text())
@@ -105,7 +106,8 @@ def error_line(output: str, limit: int = 500) -> str:
 
 def run_outcome(run: Run, returncode: int, output: str) -> Outcome:
     """Reads the outcome from `run.json`; a run that did not finish there failed."""
-    status = read_run_json(run.dir).get("status")
+    record = read_run_record(run.dir)
+    status = record.status if record else None
     if status in FINISHED:
         return Outcome(status)
     if returncode < 0:
@@ -144,7 +146,8 @@ def attempt(run: Run, action: Action, echo: bool, procs: Processes, log_name: st
         procs: where the process is registered while it runs.
         log_name: the log file (each further task of a multi-node run keeps its own).
     """
-    trained = read_run_json(run.dir).get("status") == DONE  # an earlier attempt trained it: only the test is left
+    record = read_run_record(run.dir)
+    trained = record is not None and record.status == DONE  # an earlier attempt trained it: only the test is left
     with (run.dir / log_name).open("ab") as log:
         if not trained:
             returncode, output = _logged(run.argv(action == "resume"), action, run, log, echo, procs)
@@ -153,7 +156,8 @@ def attempt(run: Run, action: Action, echo: bool, procs: Processes, log_name: st
                 return result
         if run.evaluate:
             returncode, output = _logged(run.test_argv(), "test", run, log, echo, procs)
-            if TEST_STAGE not in read_run_json(run.dir):
+            record = read_run_record(run.dir)
+            if record is None or record.test is None:
                 return Outcome(FAILED, f"test: {error_line(output) or f'exit status {returncode}'}")
     return Outcome(DONE)
 

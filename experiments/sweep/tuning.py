@@ -2,19 +2,20 @@
 
     tune:
       grid: {optim.lr: [1.0e-3, 3.0e-3, 1.0e-2]}   # log-spaced, at least two values per key
-      extend: 2            # at most this many steps past either end of a key's initial grid (default 2)
+      extend: 4            # at most this many steps past either end of a key's initial grid (default 4)
       metric: val/loss     # what selects, on the validation split (default val/loss)
       seeds: [0]           # the seeds of every search point (default: the spec's first seed)
       search_on: {data.split: simple}   # optional: only the cells with these grid values search; each other
                                         # cell runs at the point its counterpart (itself with these values) chose
 
 A tuned sweep runs in two phases per cell. The search trains each point of the grid (the product of
-the keys' values) at `tune.seeds`; when the best point (mean of the selection metric over those
-seeds; a diverged or failed run counts as the worst) sits at the lowest or highest value of a key,
-that key's values extend one step past it (the grid's own ratio) and the new points run, until the
-best is inside every key's range or `extend` steps have been added on that side (the key is then
-reported `unbracketed`). The final phase trains the cell's `seeds` at the chosen point; each final
-run is then evaluated on the data's held-out test split, which is what the report compares.
+the keys' values) at `tune.seeds`; a key's range is bracketed on a side when, along that key through the best
+point (mean of the selection metric over those seeds; a diverged or failed run counts as the worst), the edge
+point diverged or is worse than its inner neighbour. Until both sides are, that key's values extend one step
+past the open side (the grid's own ratio) and the new points run, up to `extend` steps a side (default 4; the
+key is then reported `unbracketed`, and a comparison touching the cell is inconclusive by rule). The final
+phase trains the cell's `seeds` at the chosen point; each final run is then evaluated on the data's held-out
+test split, which is what the report compares.
 
 Which points a cell needs is a pure function of the results so far (`search`), so a sweep killed in
 any phase and started again, or two sweeps sharing the folder, compute the same points from the ledger.
@@ -24,14 +25,15 @@ from __future__ import annotations
 
 import itertools
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from contract.metrics import higher_is_better, metric_base_name
+from experiments.sweep.ladder import HasOverrides
 
 TUNE_KEYS = ("grid", "extend", "metric", "seeds", "search_on")
-DEFAULT_EXTEND = 2
+DEFAULT_EXTEND = 4  # steps a side: `extend: 1` let searches stop one step past an edge, still improving
 Point = tuple[float, ...]  # one value per tuned key, in the order of `Tune.keys`
 
 
@@ -138,6 +140,24 @@ def parse_tune(raw: Any, seeds: tuple[int, ...], fixed_and_axes: tuple[str, ...]
     return Tune(tuple(keys), extend, metric, tuple(tune_seeds), tuple(on.items()))
 
 
+def check_search_on(tune: Tune, axes: tuple[str, ...], cells: Sequence[HasOverrides]) -> None:
+    """`tune.search_on` names varied keys, and every cell has a counterpart with those values to share."""
+    for key, value in tune.search_on:
+        values = list(dict.fromkeys(c.overrides.get(key) for c in cells))
+        if key not in axes or value not in values:
+            varied = {k: list(dict.fromkeys(c.overrides.get(k) for c in cells)) for k in axes}
+            raise TuneError(
+                f"tune.search_on: {key}={value!r} is not a value of a varied key; the spec varies {varied}"
+            )
+    for cell in cells:
+        wanted = cell.overrides | dict(tune.search_on)
+        if not any(c.overrides == wanted for c in cells):
+            raise TuneError(
+                f"tune.search_on: cell {cell.name!r} has no counterpart with {dict(tune.search_on)} whose search "
+                "it could share; add that cell, or drop tune.search_on"
+            )
+
+
 @dataclass(frozen=True)
 class SearchState:
     """Where one cell's search stands.
@@ -178,8 +198,8 @@ def search(tune: Tune, score: Callable[[Point], float | None]) -> SearchState:
         best = (max if higher else min)(finite, key=lambda p: scores[p])  # the first of equals, in grid order
         grew, capped = False, []
         for i, key in enumerate(tune.keys):
-            for side, edge in ((0, values[i][0]), (1, values[i][-1])):
-                if best[i] != edge:
+            for side, (edge, inner) in ((0, values[i][:2]), (1, values[i][:-3:-1])):
+                if _bracketed(scores, best, i, edge, inner, higher):
                     continue
                 if steps[key.key][side] < tune.extend:
                     steps[key.key][side] += 1
@@ -188,6 +208,15 @@ def search(tune: Tune, score: Callable[[Point], float | None]) -> SearchState:
                     capped.append(key.key)
         if not grew:
             return SearchState(points, (), best, tuple(dict.fromkeys(capped)))
+
+
+def _bracketed(scores: Mapping[Point, float], best: Point, i: int, edge: float, inner: float, higher: bool) -> bool:
+    """Whether key `i`'s range is closed on the side ending at `edge`: along the key through the best point, the
+    edge point diverged or is worse than its inner neighbour (a curve still falling towards the edge is not)."""
+    at_edge, next_in = scores[best[:i] + (edge,) + best[i + 1 :]], scores[best[:i] + (inner,) + best[i + 1 :]]
+    if best[i] == edge or not math.isfinite(at_edge):
+        return best[i] != edge
+    return at_edge < next_in if higher else at_edge > next_in
 
 
 def initial_points(tune: Tune) -> tuple[Point, ...]:
@@ -201,6 +230,7 @@ def extension_rule(tune: Tune) -> str:
     shared = f"; only the cells with {dict(tune.search_on)} search, the others run at their counterpart's choice"
     return (
         f"selection on {tune.metric} (mean over tune seeds {list(tune.seeds)}); while the best point is at the lowest "
-        f"or highest value of a key, that key extends one step past it ({keys}), at most {tune.extend} step(s) per "
-        "side; a key still at an edge is reported unbracketed; then the cell's seeds run at the chosen point"
+        f"or highest value of a key, or the edge point there is no worse than its neighbour, that key extends one "
+        f"step past it ({keys}), at most {tune.extend} step(s) per side; a key still open is reported unbracketed; "
+        "then the cell's seeds run at the chosen point"
     ) + (shared if tune.search_on else "")

@@ -58,9 +58,11 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[2]
 ZYGOTE_MODULE = "experiments.sweep.zygote"
-# what every `cli.py fit` of the suite imports: the CLI (Lightning, jsonargparse, torchmetrics, every
-# LightningModule), the DataModules (a class_path imports the package, hence all of them), TensorBoard
-PRELOAD = ("cli", "datamodules", "torch.utils.tensorboard")
+# what every `cli.py fit` of the suite imports, named rather than `cli` (nothing below the entry point imports
+# it): the CLI class cli.py imports (torch, Lightning, jsonargparse, torchmetrics, every LightningModule), the
+# DataModules (a class_path imports the package, hence all of them), TensorBoard. test_warm.py checks that
+# importing cli.py afterwards loads nothing more
+PRELOAD = ("lit_modules.cli", "datamodules", "torch.utils.tensorboard")
 CANCEL_POLL_S = 0.2
 
 

@@ -92,9 +92,11 @@ EXPECTED: dict[str, str] = {
     "scan-length-seed1": "c795a4fc83c4a2ecae70eefd7f9f15896cb56eacfc0d960eb003cd36aba54b41",
     "scan-bpe": "4394b15e6ca6c78eda222cfd02f988d351de7e43c4d636e91ecfb82f2f5ab433",
     "digits": "1169c39fce523098b71baa18149dc6450bf683bae8ae8cbc8ddb1ef944301463",
-    "digits-seed1": "a926080bd5fd2cd34b8f2c99a2360679422a67fbe62c720aecfd0f9f34bc3650",
-    "copy": "31eb1816f34f45c959e44897db536f7ce7df88a90ca538a6d9b65b3c01fb6d42",
-    "reverse-seed1": "f73b71b2f1869d605323d4d422440664ecddb0d963e2374dba3cb1c517d96f4e",
+    # re-recorded when test splits became the same for every seed (TEST_SPLIT_SEED): digits' test split at seed 1,
+    # the algorithmic test sets at seed 1 and validation avoiding test instances (copy)
+    "digits-seed1": "c2468471c35f6405ff6c02e08aa2dafdd5aff40326be3bf3be792307d0a76486",
+    "copy": "5f9f8643c1ecef6b2a26678122f6af803ea47a5f2bd1e2960daa1ff7058c6ce1",
+    "reverse-seed1": "c889867ade878beb356a8c360ca7b2f3e3f1bfbf174ec7c41633b17c0d469276",
     "addition": "2c60f1fb9fa059a996942e32c23de22609b80837e034e339e37820af34933b14",
 }
 

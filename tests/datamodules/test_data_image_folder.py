@@ -10,6 +10,7 @@ import pytest
 import torch
 from PIL import Image
 
+from contract.run_record import read_run_record
 from datamodules.image_folder import ImageFileArray
 from datamodules.image_recipe import TrainRecipe
 from datamodules.images import ImageDataModule
@@ -101,4 +102,4 @@ def test_a_vit_trains_on_a_folder_from_the_command_line(folders, tmp_path) -> No
     done = subprocess.run(command, cwd=ROOT, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     run = next((tmp_path / "lightning_logs").iterdir())
-    assert '"status": "done"' in (run / "run.json").read_text()
+    assert read_run_record(run).status == "done"

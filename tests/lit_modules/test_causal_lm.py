@@ -7,6 +7,7 @@ import math
 import lightning.pytorch as pl
 import pytest
 
+from contract.run_record import read_run_record
 from datamodules.text import TextDataModule
 from lit_modules import CausalLM, DivergenceGuard, RunMetadata
 from lit_modules.cli import describe_data
@@ -46,11 +47,9 @@ def test_loss_at_every_length(pos, tmp_path):
 
 
 def test_divergence_is_recorded(tmp_path):
-    import json
-
     trainer = _fit("rope", tmp_path, lr=1e3, callbacks=[RunMetadata(), DivergenceGuard(max_loss=10.0)])
-    info = json.loads((tmp_path / "lightning_logs/version_0/run.json").read_text())
-    assert info["status"] == "diverged" and info["diverged_at_step"] <= 6
+    info = read_run_record(tmp_path / "lightning_logs/version_0")
+    assert info.status == "diverged" and info.diverged_at_step <= 6
     assert trainer.global_step <= 6
 
 
@@ -94,7 +93,7 @@ def test_z_loss_adds_the_mean_squared_log_normaliser_of_the_labelled_positions(z
     import torch
     import torch.nn.functional as F
 
-    from lit_modules.base import IGNORE_INDEX
+    from contract.labels import IGNORE_INDEX
 
     model = CausalLM(ArchConfig(d_model=32, n_layers=1, n_heads=2, max_seq_len=16), OptimConfig(z_loss=z_loss))
     torch.manual_seed(0)

@@ -11,6 +11,7 @@ import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
+from contract.run_record import read_run_record
 from datamodules.text import TextDataModule
 from lit_modules import CausalLM, RunMetadata
 from lit_modules.cli import describe_data
@@ -76,11 +77,11 @@ def test_diagnostics_log_every_layer_and_leave_training_unchanged(tmp_path):
 
 def test_the_last_probe_headlines_run_json(tmp_path):
     trainer, events = _fit(tmp_path, [RunMetadata(), Diagnostics(every_n_steps=4)])
-    info = json.loads((tmp_path / "lightning_logs/version_0/run.json").read_text())
-    last = info["diagnostics"]
-    assert last["step"] == 4 and set(last) >= {"attn_max_logit", "logit_max", "log_z", "residual_growth"}
-    assert last["log_z"] == pytest.approx(_curve(events, "diagnostics/log_z")[4])
-    assert not any("/" in key for key in last)  # the headlines, not the per-layer values
+    info = read_run_record(tmp_path / "lightning_logs/version_0")
+    last = info.diagnostics
+    headlines = (last.attn_max_logit, last.logit_max, last.log_z, last.residual_growth)
+    assert last.step == 4 and None not in headlines
+    assert last.log_z == pytest.approx(_curve(events, "diagnostics/log_z")[4])
 
 
 def test_an_accumulated_step_is_probed_once(tmp_path):
@@ -149,8 +150,8 @@ class ScriptedLoss(pl.LightningModule):
     def configure_optimizers(self):
         return torch.optim.SGD(self.parameters(), lr=0.0)
 
-    def model_stats(self):  # what RunMetadata records of a model
-        return {}
+    def model_stats(self):  # what RunMetadata records of a model (RunRecord requires each)
+        return {"params": 1, "params_non_embedding": 1, "params_trainable": 1, "flops_per_token": 2.0}
 
 
 def test_spikes_reach_run_json_and_tensorboard(tmp_path):
@@ -162,8 +163,8 @@ def test_spikes_reach_run_json_and_tensorboard(tmp_path):
         callbacks=[RunMetadata(), LossSpikes(window=20)],
     )  # fmt: skip
     trainer.fit(ScriptedLoss(losses))
-    info = json.loads((tmp_path / "lightning_logs/version_0/run.json").read_text())
-    assert info["loss_spikes"] == 1 and info["loss_spike_steps"] == [30] and info["status"] == "done"
+    info = read_run_record(tmp_path / "lightning_logs/version_0")
+    assert info.loss_spikes == 1 and info.loss_spike_steps == (30,) and info.status == "done"
     events = EventAccumulator(trainer.logger.log_dir)
     events.Reload()
     assert _curve(events, "diagnostics/loss_spikes") == {30: 1.0}

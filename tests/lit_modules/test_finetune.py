@@ -10,6 +10,7 @@ import pytest
 import torch
 
 from cli import cli_main
+from contract.run_record import read_run_record
 from experiments.records.ledger import collect_row
 from models.peft import trainable_parameters
 from tests.datamodules.conftest import SHARED_DATA
@@ -64,10 +65,10 @@ def test_pretrain_then_finetune_from_its_checkpoint(family, tmp_path):
     base = {k.replace(".base_layer", ""): v for k, v in model.state_dict().items() if ".lora_" not in k}
     body = [k for k in loaded if k not in {r.replace(".base_layer", "") for r in replaced}]
     assert len(body) > 10 and all(torch.equal(base[k], loaded[k]) for k in body)
-    info = json.loads((tmp_path / "ft" / "run" / "run.json").read_text())
-    assert info["params_trainable"] == trainable_parameters(model) < info["params"]
+    info = read_run_record(tmp_path / "ft" / "run")
+    assert info.params_trainable == trainable_parameters(model) < info.params
     row = collect_row(tmp_path / "ft" / "run", "lora", 0, "done", "", {})
-    assert row["params_trainable"] == str(info["params_trainable"])
+    assert row["params_trainable"] == str(info.params_trainable)
     assert "init_from" not in cli.model.hparams and cli.model.hparams["peft"]["method"] == "lora"
 
 

@@ -5,8 +5,9 @@ from __future__ import annotations
 
 import json
 
+from experiments.sweep import run_sweep
 from lit_modules.prediction_writer import PREDICTIONS_FILE
-from tools import samples, sweep
+from tools import samples
 
 CELLS = ("pos_encoding=alibi", "pos_encoding=rope")
 
@@ -14,8 +15,7 @@ CELLS = ("pos_encoding=alibi", "pos_encoding=rope")
 def test_one_sample_per_cell_on_the_same_input(tmp_path, tiny_spec, capsys):
     spec = tiny_spec(tmp_path / "spec.yaml", {"trainer.max_steps": 2, "trainer.val_check_interval": 2},
                      grid={"model.arch.pos_encoding": ["alibi", "rope"]}, seeds=[0])  # fmt: skip
-    out = tmp_path / "out"
-    assert sweep.main([str(spec), "--out", str(out), "--threads", "1"]) == 0
+    out = run_sweep(spec, tmp_path / "out", threads=1).out_dir
     configs = {cell: (out / cell / "seed0" / "config.yaml").read_text() for cell in CELLS}
     capsys.readouterr()
 

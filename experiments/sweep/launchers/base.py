@@ -10,6 +10,7 @@ from experiments.records.ledger import Ledger
 from experiments.sweep.resources import threads_per_process
 from experiments.sweep.runs import Run, available_cores
 from experiments.sweep.spec import Spec, SpecError
+from experiments.sweep.spec_blocks import LauncherOptions
 
 if TYPE_CHECKING:  # validate imports Lightning: a launcher (and a scheduler job) must not
     from experiments.sweep.validate import CheckedCell
@@ -37,7 +38,7 @@ class Launch:
     jobs: int
     retry_failed: bool
     out_dir: Path
-    block: dict[str, Any] = field(default_factory=dict)
+    block: LauncherOptions = field(default_factory=LauncherOptions)
     parameters: dict[str, dict[str, Any]] = field(default_factory=dict)
     warm: bool = True
 

@@ -16,6 +16,7 @@ from experiments.sweep.launchers.jobs import JOBS_DIR, pending_runs, task_functi
 from experiments.sweep.recording import Progress, Recorder
 from experiments.sweep.runner import CLAIMED, Outcome, checkpoint_ok, finished_outcome, plan
 from experiments.sweep.runs import Run
+from experiments.sweep.spec_blocks import LauncherOptions
 
 LOCAL_TIMEOUT_MIN = 7 * 24 * 60  # a local job is killed at its time limit too (submitit's default: 2 minutes)
 POLL_S = 1.0
@@ -62,7 +63,7 @@ def run_local(
     axis_values: dict[str, dict[str, Any]],
     jobs: int,
     retry_failed: bool,
-    launcher: dict[str, Any],
+    launcher: LauncherOptions,
     out_dir: Path,
 ) -> list[tuple[Run, str]]:
     """Runs the runs as submitit LocalExecutor jobs, `jobs` at a time, and records each as it ends.
@@ -89,8 +90,8 @@ def run_local(
         return books.claimed
     executor = submitit.AutoExecutor(folder=out_dir / JOBS_DIR, cluster="local")
     executor.update_parameters(
-        timeout_min=launcher.get("timeout_min", LOCAL_TIMEOUT_MIN),
-        gpus_per_node=launcher.get("gpus_per_node", local_gpus()),
+        timeout_min=launcher.timeout_min or LOCAL_TIMEOUT_MIN,
+        gpus_per_node=local_gpus() if launcher.gpus_per_node is None else launcher.gpus_per_node,
     )
     running: dict[Any, tuple[Run, float]] = {}
     try:

@@ -42,7 +42,7 @@ def run_claimed(
         return (None if procs.stopping else result), started
 
 
-def run_sweep(
+def run_pool(
     runs: list[Run],
     ledger: Ledger,
     axis_values: dict[str, dict[str, Any]],
@@ -105,4 +105,4 @@ class Pool(OnThisMachine):
 
     def launch(self, launch: Launch) -> Launched:
         runs, ledger = launch.runs, launch.ledger
-        return Launched(run_sweep(runs, ledger, launch.axis_values, launch.jobs, launch.retry_failed, launch.warm))
+        return Launched(run_pool(runs, ledger, launch.axis_values, launch.jobs, launch.retry_failed, launch.warm))

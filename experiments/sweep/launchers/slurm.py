@@ -25,6 +25,7 @@ from experiments.sweep.resources import GPU_ACCELERATORS, RunShape
 from experiments.sweep.runner import SUBMITTED_NAME, plan
 from experiments.sweep.runs import Run
 from experiments.sweep.spec import Spec, SpecError
+from experiments.sweep.spec_blocks import LauncherOptions
 
 if TYPE_CHECKING:  # validate imports Lightning: a scheduler job must not
     from experiments.sweep.validate import CheckedCell
@@ -32,16 +33,14 @@ if TYPE_CHECKING:  # validate imports Lightning: a scheduler job must not
 SLURM_TIMEOUT_MIN = 24 * 60  # submitit's own default is 5 minutes; set launcher.timeout_min to the partition's limit
 # a job in one of these states will still run its run: do not submit the run again
 QUEUED_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED")
-# launcher keys that are submitit's own parameters under another name
-RENAMED = {"partition": "slurm_partition"}
 
 
-def slurm_threads(launcher: dict[str, Any], threads: int | None) -> int:
+def slurm_threads(launcher: LauncherOptions, threads: int | None) -> int:
     """Threads of each task of a SLURM run: `--threads`, else the block's `cpus_per_task`, else 1."""
-    return threads or launcher.get("cpus_per_task") or 1
+    return threads or launcher.cpus_per_task or 1
 
 
-def slurm_parameters(launcher: dict[str, Any], shape: RunShape, threads: int, name: str) -> dict[str, Any]:
+def slurm_parameters(launcher: LauncherOptions, shape: RunShape, threads: int, name: str) -> dict[str, Any]:
     """The `submitit.AutoExecutor.update_parameters` of one run's SLURM job.
 
     Args:
@@ -54,7 +53,7 @@ def slurm_parameters(launcher: dict[str, Any], shape: RunShape, threads: int, na
     Raises:
         SpecError: the block contradicts the run's shape, or names a parameter submitit does not know.
     """
-    tasks = shape.devices if shape.devices is not None else launcher.get("tasks_per_node")
+    tasks = shape.devices if shape.devices is not None else launcher.tasks_per_node
     if tasks is None:
         if shape.accelerator != "cpu":
             raise SpecError(
@@ -63,30 +62,29 @@ def slurm_parameters(launcher: dict[str, Any], shape: RunShape, threads: int, na
                 "number (or launcher.tasks_per_node), or trainer.accelerator: cpu (one task per run)"
             )
         tasks = 1
+    given = {"tasks_per_node": launcher.tasks_per_node, "nodes": launcher.nodes}
     for key, needed in (("tasks_per_node", tasks), ("nodes", shape.nodes)):
-        if launcher.get(key, needed) != needed:
+        if given[key] not in (None, needed):
             raise SpecError(
-                f"launcher.{key}: {launcher[key]}, but the runs need {needed} "
+                f"launcher.{key}: {given[key]}, but the runs need {needed} "
                 "(one task per device of trainer.devices, on trainer.num_nodes nodes)"
             )
     params: dict[str, Any] = {
         "name": name,
         "nodes": shape.nodes,
         "tasks_per_node": tasks,
-        "cpus_per_task": launcher.get("cpus_per_task", threads),
-        "timeout_min": launcher.get("timeout_min", SLURM_TIMEOUT_MIN),
+        "cpus_per_task": launcher.cpus_per_task or threads,
+        "timeout_min": launcher.timeout_min or SLURM_TIMEOUT_MIN,
     }
-    gpus = launcher.get("gpus_per_node", tasks if shape.accelerator in GPU_ACCELERATORS else 0)
+    gpus = launcher.gpus_per_node
+    gpus = (tasks if shape.accelerator in GPU_ACCELERATORS else 0) if gpus is None else gpus
     if shape.accelerator in GPU_ACCELERATORS and gpus < tasks:
         raise SpecError(f"launcher.gpus_per_node: {gpus}, but each node runs {tasks} GPU processes")
     if gpus:
         params["gpus_per_node"] = gpus
-    if "mem_gb" in launcher:
-        params["mem_gb"] = launcher["mem_gb"]
-    for key, value in launcher.items():
-        key = RENAMED.get(key, key)
-        if key.startswith("slurm_"):
-            params[key] = value
+    if launcher.mem_gb is not None:
+        params["mem_gb"] = launcher.mem_gb
+    params |= launcher.slurm()
     _check_slurm_keys(params)
     return params
 

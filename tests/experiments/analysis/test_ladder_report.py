@@ -6,11 +6,13 @@ from __future__ import annotations
 import json
 
 import numpy as np
+import pytest
 
 from experiments.analysis import ladder_fit
 from experiments.analysis.comparison import analyse
 from experiments.analysis.ladder_fit import law
 from experiments.analysis.ladder_report import ladder_section
+from experiments.analysis.report import ladder_results
 from experiments.records.ledger import Ledger
 
 SIZES = {"d32": 1e4, "d64": 3e4, "d96": 1e5, "d128": 3e5, "d192": 1e6}
@@ -70,3 +72,18 @@ def test_ladder_metrics_repeat_the_section_for_another_metric(tmp_path, monkeypa
     assert {p.name for _, p in figures} == {
         "ladder_params.png", "ladder_flops.png", "ladder_params_val_loss_64.png", "ladder_flops_val_loss_64.png"
     }
+
+
+def test_the_ladder_results_are_data_a_caller_reads_without_the_markdown(tmp_path, monkeypatch):
+    monkeypatch.setattr(ladder_fit, "BOOTSTRAP", 50)
+    write_ladder(tmp_path)
+    (table,) = ladder_results(tmp_path)  # from the folder, as the GPU check reads its ladder
+    assert table.metric == "val/loss" and table.sizes == tuple(SIZES) and table.baseline == "act=relu"
+    relu, swiglu = table.row("act=relu"), table.row("act=swiglu")
+    assert relu.fit is not None and relu.fit.point.e == pytest.approx(1.6, abs=0.05)
+    assert len(swiglu.sizes["d192"].values) == 3 and swiglu.sizes["d192"].params == SIZES["d192"]
+    rankings = {r.size: r for r in table.rankings}
+    assert rankings["d32"].ranking == ("act=relu", "act=swiglu") and rankings["d192"].ranking[0] == "act=swiglu"
+    assert rankings["d192"].differences["act=swiglu"].diff < 0  # better than the baseline at the largest size
+    assert 3e4 < table.crossings["act=swiglu"].n < 3e5
+    assert ladder_results(tmp_path.parent) == []  # no sweep.json with a ladder

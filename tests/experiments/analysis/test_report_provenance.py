@@ -6,6 +6,7 @@ import csv
 import json
 
 from experiments.analysis import report
+from tests.run_records import write_record
 
 A, B = "a" * 40, "b" * 40
 WARNING = "may not have run the same code"
@@ -22,9 +23,7 @@ def make_sweep(tmp_path, commits, column=True):
             for seed, commit in enumerate(runs):
                 row = {"cell": cell, "seed": seed, "status": "done", "val/loss": 2.0 + seed / 10 + len(cell) / 100}
                 writer.writerow(row | {"params": 1000, "error": ""} | ({"git_commit": commit} if column else {}))
-                run_dir = tmp_path / cell / f"seed{seed}"
-                run_dir.mkdir(parents=True)
-                (run_dir / "run.json").write_text(json.dumps({"status": "done", "git_commit": commit}))
+                write_record(tmp_path / cell / f"seed{seed}", git_commit=commit)
     cells = [{"name": cell, "overrides": {"model.arch.norm": cell}} for cell in commits]
     (tmp_path / "sweep.json").write_text(json.dumps({"cells": cells, "baseline": "ln", "axes": ["model.arch.norm"]}))
     return tmp_path

@@ -32,7 +32,12 @@ def test_every_part_runs_dry_and_is_written(dry_run):
     assert all(row["blockwise"]["s"] > 0 and row["math"]["s"] > 0 for row in bias.values())
     assert all(row["max_grad_diff"] < 1e-2 for row in bias.values())  # bf16 autocast: the two paths agree
     assert all(r["same_tokens"] for r in parts["kv_cache"].values())  # the cache changes speed, not tokens
-    assert "## Ladder" in parts["ladder"]["ladder"] and "pos_encoding=rope" in parts["ladder"]["ladder"]
+    ladder = parts["ladder"]
+    assert ladder["sizes"] == ["d16", "d24", "d32"] and set(ladder["cells"]) == {"pos_encoding=rope"}
+    by_size = ladder["cells"]["pos_encoding=rope"]
+    assert all(0 < by_size[s]["mean"] < 10 for s in ladder["sizes"])  # a loss per size, read as data
+    assert by_size["d16"]["params"] < by_size["d24"]["params"] < by_size["d32"]["params"]
+    assert "## Ladder" in (out / ladder["report"]).read_text()
     text = (out / "gpu_check-dry.md").read_text()
     assert all(f"## {name}" in text for name in gpu_check.PARTS)
 

@@ -5,12 +5,13 @@ their folders' `superseded/legacy/`."""
 
 from __future__ import annotations
 
-import json
 import re
 import subprocess
 from pathlib import Path
 
 import pytest
+
+from contract.run_record import RunRecord
 
 ROOT = Path(__file__).resolve().parents[3]
 SHA = re.compile(r"[0-9a-f]{40}")
@@ -29,12 +30,7 @@ def failing() -> dict[str, list[str]]:
     except OSError:
         pytest.skip("git is not installed")
     runs = sorted(p for p in (ROOT / "experiments").rglob("run.json") if "superseded" not in p.parts)
-    recorded = {}
-    for path in runs:
-        try:
-            recorded[path] = str(json.loads(path.read_text()).get("git_commit") or "")
-        except ValueError:
-            recorded[path] = ""
+    recorded = {path: RunRecord.from_json(path.read_text(), path).git_commit for path in runs}
     shas = {sha for sha in (c.removesuffix("-dirty") for c in recorded.values()) if SHA.fullmatch(sha)}
     found = {s for s in shas if git("cat-file", "-e", f"{s}^{{commit}}").returncode == 0}
     if shas - found and git("rev-parse", "--is-shallow-repository").stdout.strip() == "true":

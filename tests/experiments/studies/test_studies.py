@@ -16,6 +16,7 @@ import yaml
 
 from experiments.analysis import decisions
 from experiments.records.layout import SWEEP_INFO
+from experiments.sweep import run_sweep
 from experiments.sweep.same_sweep import RESOLVED, check_same_sweep
 from experiments.sweep.spec import load_spec, pretrained_files, read_spec
 from experiments.sweep.validate import check_spec
@@ -45,7 +46,7 @@ def smoke_inputs(pretrained: dict | None, tmp_path: Path) -> dict | None:
     other = smoke_spec(Path(pretrained["spec"]), inputs)  # its run: inputs/results/<name>/<cell>/seed<k>
     out = inputs / "results" / other.stem
     if not out.exists():
-        assert sweep.main([str(other), "--out", str(out), "--threads", "1"]) == 0
+        assert run_sweep(other, out, threads=1).failed == 0
     return pretrained | {"spec": str(other)}
 
 

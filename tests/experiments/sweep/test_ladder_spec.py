@@ -67,19 +67,27 @@ def test_ladder_metrics_are_kept_for_the_report_and_checked(tmp_path):
 
 
 def test_a_ladder_sweep_trains_every_size_and_reports_the_ladder(tmp_path):
-    """End to end, 2 sizes × 1 cell × 1 seed of the tiny GPT: the ledger carries each run's own size, and the
-    report its Ladder section (two sizes cannot fit three parameters: said, not hidden)."""
-    from tools import sweep
+    """End to end, 2 sizes × 1 cell × 1 seed of the tiny GPT through the engine: the ledger carries each run's
+    own size, the report's data its Ladder table, and its Markdown the section (two sizes cannot fit three
+    parameters: said, not hidden)."""
+    from experiments.analysis.report import build_report, ladder_results
+    from experiments.sweep import run_sweep
 
     ladder = [{"name": "d16", "model.arch.d_model": 16}, {"name": "d32", "model.arch.d_model": 32}]
     grid = {"model.arch.pos_encoding": ["rope"]}
     path = ladder_spec(tmp_path / "s.yaml", grid, ladder=ladder, seeds=[0], checkpoint_every=6)
-    out = tmp_path / "out"
-    assert sweep.main([str(path), "--out", str(out), "--threads", "1"]) == 0
-    rows = {r["cell"]: r for r in csv.DictReader(open(out / "results.csv"))}
-    assert set(rows) == {"pos_encoding=rope,size=d16", "pos_encoding=rope,size=d32"}
+    outcome = run_sweep(path, tmp_path / "out", threads=1)
+    assert outcome.runs == {"done": ("pos_encoding=rope,size=d16/seed0", "pos_encoding=rope,size=d32/seed0")}
+    rows = {r["cell"]: r for r in csv.DictReader(open(outcome.ledger))}
     small, large = (float(rows[f"pos_encoding=rope,size={s}"]["params_non_embedding"]) for s in ("d16", "d32"))
     assert rows["pos_encoding=rope,size=d32"]["model.arch.d_model"] == "32" and large > 3 * small
-    report = (out / "report.md").read_text()
+    (table,) = ladder_results(outcome.out_dir)
+    assert table.metric == "val/loss" and table.sizes == ("d16", "d32") and table.baseline == "pos_encoding=rope"
+    (row,) = table.rows
+    assert row.cell == "pos_encoding=rope" and row.fit is None  # 2 sizes, 3 parameters
+    assert row.sizes["d32"].params == large
+    assert row.sizes["d16"].mean == float(rows["pos_encoding=rope,size=d16"]["val/loss"])
+    build_report(outcome.out_dir)
+    report = (outcome.out_dir / "report.md").read_text()
     assert "## Ladder" in report and "no fit (fewer sizes than parameters" in report
-    assert (out / "plots" / "ladder_params.png").exists()
+    assert (outcome.out_dir / "plots" / "ladder_params.png").exists()

@@ -8,12 +8,14 @@ import os
 
 import pytest
 
+from experiments.sweep import engine
 from experiments.sweep.launchers import base as launcher_base
 from experiments.sweep.launchers import jobs, local, slurm
 from experiments.sweep.resources import RunShape, auto_jobs, count_devices, run_shape, threads_per_process
 from experiments.sweep.runner import CLAIMED, Outcome, write_outcome
 from experiments.sweep.runs import Run
 from experiments.sweep.spec import SpecError, load_spec
+from experiments.sweep.spec_blocks import LauncherOptions
 from tools import sweep
 
 DDP_CPU = {"trainer.accelerator": "cpu", "trainer.strategy": "ddp", "trainer.devices": 2}
@@ -43,7 +45,7 @@ def test_auto_jobs_fills_cores_with_single_thread_processes(cores, processes, ru
 
 def pretend_cores(monkeypatch, cores: int) -> None:
     """This machine has `cores` cores, for `--jobs auto` and for each launcher's share of them."""
-    for module in (sweep, launcher_base):
+    for module in (engine, launcher_base):
         monkeypatch.setattr(module, "available_cores", lambda: cores)
 
 
@@ -88,7 +90,7 @@ def test_jobs_count_runs_not_processes(tmp_path, tiny_spec, capsys, monkeypatch)
 
 
 def test_slurm_parameters_of_a_multi_node_ddp_run():
-    launcher = {"partition": "gpu", "timeout_min": 240, "mem_gb": 64, "slurm_additional_parameters": {"qos": "high"}}
+    launcher = LauncherOptions(partition="gpu", timeout_min=240, mem_gb=64, slurm_additional_parameters={"qos": "high"})
     shape = run_shape({"devices": 4, "num_nodes": 2, "accelerator": "gpu"})
     assert slurm.slurm_parameters(launcher, shape, threads=6, name="sweep-x") == {
         "name": "sweep-x",
@@ -101,15 +103,15 @@ def test_slurm_parameters_of_a_multi_node_ddp_run():
         "slurm_partition": "gpu",
         "slurm_additional_parameters": {"qos": "high"},
     }
-    cpu = slurm.slurm_parameters({"cpus_per_task": 4}, run_shape({"accelerator": "cpu"}), 4, "x")
+    cpu = slurm.slurm_parameters(LauncherOptions(cpus_per_task=4), run_shape({"accelerator": "cpu"}), 4, "x")
     assert cpu["nodes"] == cpu["tasks_per_node"] == 1 and "gpus_per_node" not in cpu
     assert cpu["timeout_min"] == slurm.SLURM_TIMEOUT_MIN  # not submitit's 5 minutes
     with pytest.raises(SpecError, match="trainer.devices to a number"):
-        slurm.slurm_parameters({}, run_shape({"accelerator": "gpu"}), 1, "x")
+        slurm.slurm_parameters(LauncherOptions(), run_shape({"accelerator": "gpu"}), 1, "x")
     with pytest.raises(SpecError, match="launcher.tasks_per_node: 2, but the runs need 4"):
-        slurm.slurm_parameters({"tasks_per_node": 2}, shape, 1, "x")
+        slurm.slurm_parameters(LauncherOptions(tasks_per_node=2), shape, 1, "x")
     with pytest.raises(SpecError, match="no parameter.*'qos_level'"):
-        slurm.slurm_parameters({"slurm_qos_level": "high"}, shape, 1, "x")
+        slurm.slurm_parameters(LauncherOptions(slurm_other={"slurm_qos_level": "high"}), shape, 1, "x")
 
 
 @pytest.mark.parametrize(

@@ -3,7 +3,6 @@ tree's state and patch, `git.diff` in a run's folder, `git_commit` in the ledger
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
@@ -11,12 +10,14 @@ import pytest
 
 from contract.git import GitState, git_commit, git_state
 from contract.run_folder import PATCH_NAME, SWEEP_DIR_VAR
+from contract.run_record import ProbeHeadlines
 from experiments.records.ledger import TAIL, Ledger, collect_row
 from experiments.sweep import provenance
 from experiments.sweep.provenance import record_attempt
 from experiments.sweep.runner import prepare
 from experiments.sweep.runs import Run
 from experiments.sweep.spec import SpecError, load_spec
+from tests.run_records import write_record
 from tools import sweep
 
 DIRTY = GitState("0123456789abcdef0123456789abcdef01234567", (" M models/attention.py", "?? scratch.py"))
@@ -135,9 +136,8 @@ def test_prepare_records_each_attempt(repo, monkeypatch):
 def test_ledger_row_copies_the_runs_commit(tmp_path):
     run_dir = tmp_path / "a" / "seed0"
     run_dir.mkdir(parents=True)
-    diagnostics = {"step": 900, "attn_max_logit": 7.5, "log_z": 4.25, "residual_growth": -0.5, "logit_mean": 0.1}
-    info = {"status": "done", "git_commit": DIRTY.label, "loss_spikes": 2, "diagnostics": diagnostics}
-    (run_dir / "run.json").write_text(json.dumps(info))
+    diagnostics = ProbeHeadlines(step=900, attn_max_logit=7.5, log_z=4.25, residual_growth=-0.5, logit_mean=0.1)
+    write_record(run_dir, git_commit=DIRTY.label, loss_spikes=2, diagnostics=diagnostics)
     row = collect_row(run_dir, "a", 0, "done", "", {})
     assert row["git_commit"] == DIRTY.label and row["loss_spikes"] == "2"  # LossSpikes' count, for the report
     # the last probe's headlines (Diagnostics), as columns after the run's statistics

@@ -4,13 +4,13 @@ starts it). Skipped, with the reason, where no controller answers. The fake-`sba
 
 from __future__ import annotations
 
-import json
 import shutil
 import subprocess
 import time
 
 import pytest
 
+from contract.run_record import read_run_record
 from experiments.records.ledger import Ledger
 from tools import sweep
 
@@ -110,7 +110,7 @@ def test_a_job_cancelled_mid_run_is_resubmitted_and_resumes_to_the_same_end(tmp_
         time.sleep(0.5)
     subprocess.run(["scancel", job], check=True)
     _wait(job)
-    assert json.loads((run_dir / "run.json").read_text())["status"] == "running", "finished before scancel"
+    assert read_run_record(run_dir).status == "running", "finished before scancel"
     _submit_and_finish(args, capsys)  # the run is not done: submitted again, resumed from its checkpoint
     resumed = _only_row(out)
     assert resumed["steps"] == "120"
@@ -127,7 +127,7 @@ def test_a_two_task_ddp_run_under_sbatch_equals_one_process(tmp_path, tiny_spec,
     out = tmp_path / "out"
     _submit_and_finish([str(spec), "--out", str(out), "--launcher", "slurm"], capsys)
     row = _only_row(out)
-    assert json.loads((out / "pos_encoding=alibi" / "seed0" / "run.json").read_text())["processes"] == 2
+    assert read_run_record(out / "pos_encoding=alibi" / "seed0").processes == 2
     reference = _reference(tmp_path, tiny_spec, CPU, cell, capsys)
     for metric in ("val/loss", "val/loss@16", "val/loss@32", "train/loss"):
         assert float(row[metric]) == pytest.approx(float(reference[metric]), rel=1e-4), metric

@@ -20,6 +20,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from contract.run_record import read_run_record
+from experiments.sweep import run_sweep
 from experiments.sweep.spec import SpecError, load_spec
 from experiments.sweep.warm import Warm, WarmProcess
 from tools import sweep
@@ -104,7 +106,7 @@ def killed_sweep(tmp_path_factory, tiny_spec):
     wait_for_checkpoint(first, checkpoint)
     os.killpg(first.pid, signal.SIGKILL)  # the sweep and its run, mid-run
     first.wait()
-    status = json.loads((checkpoint.parent.parent / "run.json").read_text())["status"]
+    status = read_run_record(checkpoint.parent.parent).status
     assert status == "running", "the run finished before the kill: the test would prove nothing"
     assert not (out / "results.csv").exists() or not read_rows(out)
     resumed = sweep.main(command[3:])
@@ -165,7 +167,7 @@ def test_sweep_records_each_runs_code(main_sweep):
     _, out = main_sweep
     for (cell, seed), row in by_run(read_rows(out)).items():
         run_dir = out / cell / f"seed{seed}"
-        assert row["git_commit"] == json.loads((run_dir / "run.json").read_text())["git_commit"]
+        assert row["git_commit"] == read_run_record(run_dir).git_commit
         assert re.fullmatch(r"[0-9a-f]{40}(-dirty)?", row["git_commit"]), row["git_commit"]
         assert (run_dir / "git.diff").exists() == row["git_commit"].endswith("-dirty")
     assert "- code: every run at git commit" in (out / "report.md").read_text()
@@ -294,8 +296,9 @@ def test_local_launcher_matches_the_pool(main_sweep, tiny_spec, tmp_path):
     """submitit's LocalExecutor jobs run the same commands as the pool: the same ledger, number for number."""
     _, main_out = main_sweep
     spec = tiny_spec(tmp_path / "spec.yaml", grid={"model.arch.pos_encoding": ["learned", "alibi"]}, seeds=[0])
-    out = tmp_path / "out"
-    assert sweep.main([str(spec), "--out", str(out), *THREADS, "--launcher", "local", "--jobs", "2"]) == 0
+    outcome = run_sweep(spec, tmp_path / "out", launcher="local", jobs=2, threads=1)
+    out = outcome.out_dir
+    assert outcome.waited and sorted(outcome.runs["done"]) == sorted(f"{cell}/seed0" for cell in CELLS)
     local, pool = by_run(read_rows(out)), by_run(read_rows(main_out))
     assert set(local) == {(cell, "0") for cell in CELLS}
     with (out / "results.csv").open(newline="") as f:
@@ -346,8 +349,7 @@ def test_warm_runs_match_fresh_processes(main_sweep, tiny_spec, tmp_path, monkey
     assert len(MAIN_WARM_STARTS) == 4 and all(isinstance(p, WarmProcess) for p in MAIN_WARM_STARTS)
     started = record_warm_starts(monkeypatch)
     spec = tiny_spec(tmp_path / "spec.yaml", grid={"model.arch.pos_encoding": ["learned", "alibi"]}, seeds=[0])
-    out = tmp_path / "out"
-    assert sweep.main([str(spec), "--out", str(out), *THREADS, "--no-warm"]) == 0
+    out = run_sweep(spec, tmp_path / "out", threads=1, warm=False).out_dir
     assert started == []  # no warm process at all
     fresh, warm = by_run(read_rows(out)), by_run(read_rows(main_out))
     assert set(fresh) == {(cell, "0") for cell in CELLS}
@@ -360,7 +362,7 @@ def test_warm_runs_match_fresh_processes(main_sweep, tiny_spec, tmp_path, monkey
         assert {"run.log", "run.json", "config.yaml", "events", "checkpoints/last.ckpt"} <= set(fresh_files)
         for name in fresh_files.keys() | warm_files.keys():  # one by one: a diff that says which file
             assert fresh_files.get(name) == warm_files.get(name), name
-        assert json.loads((fresh_dir / "run.json").read_text())["threads"] == 1
+        assert read_run_record(fresh_dir).threads == 1
 
 
 def test_terminated_sweep_stops_its_warm_run_and_resumes(main_sweep, tiny_spec, tmp_path):
@@ -428,8 +430,8 @@ def test_ddp_sweep_killed_and_resumed_matches_one_process(main_sweep, tiny_spec,
     wait_for_checkpoint(first, run_dir / "checkpoints" / "last.ckpt")
     os.killpg(first.pid, signal.SIGKILL)  # the sweep, its launcher and both training processes
     first.wait()
-    assert json.loads((run_dir / "run.json").read_text())["status"] == "running", "finished before the kill"
+    assert read_run_record(run_dir).status == "running", "finished before the kill"
     assert sweep.main(command[3:]) == 0
     assert_alibi_run_matches(out, main_sweep[1], rel=1e-4)
-    assert json.loads((run_dir / "run.json").read_text())["processes"] == 2
+    assert read_run_record(run_dir).processes == 2
     assert (out / "report.md").exists()

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+from contract.run_record import read_run_record
+from experiments.analysis.report import build_report
+from experiments.sweep import run_sweep
 from experiments.sweep.spec import SpecError, load_spec
 from experiments.sweep.validate import check_spec
 from tools import sweep
@@ -38,17 +41,22 @@ def read_rows(out: Path) -> dict[tuple[str, str], dict[str, str]]:
 
 @pytest.fixture(scope="module")
 def tuned_sweep(tmp_path_factory, tiny_spec):
+    """The tuned sweep through the engine, then its report."""
     tmp = tmp_path_factory.mktemp("tuned")
     spec = tuned_spec(tiny_spec, tmp / "spec.yaml")
-    out = tmp / "out"
-    code = sweep.main([str(spec), "--out", str(out), *THREADS])
-    return code, out
+    outcome = run_sweep(spec, tmp / "out", threads=1)
+    build_report(outcome.out_dir)
+    return outcome, outcome.out_dir
 
 
 def test_each_cell_is_searched_bracketed_and_evaluated_on_test(tuned_sweep):
-    code, out = tuned_sweep
-    assert code == 0
+    outcome, out = tuned_sweep
     rows = read_rows(out)
+    assert outcome.failed == 0 and set(outcome.runs) <= {"done", "diverged"}
+    # rounds: the initial grid, then an extension or the final seeds; each run in one phase
+    assert outcome.rounds >= 2 and set(outcome.phases) == {"search", "final"}
+    assert sorted(outcome.phases["final"]) == sorted(f"{c}/seed{s}" for c in CELLS for s in (0, 1))
+    assert {n.split("/")[0] for n in outcome.phases["search"]} == {c for c, _ in rows if "~" in c}
     search = [r for r in rows.values() if r["phase"] == "search"]
     final = {key: r for key, r in rows.items() if r["phase"] == "final"}
     assert set(final) == {(cell, seed) for cell in CELLS for seed in ("0", "1")}
@@ -63,8 +71,8 @@ def test_each_cell_is_searched_bracketed_and_evaluated_on_test(tuned_sweep):
             assert float(row["model.optim.lr"]) == best and row["status"] == "done"
             assert all(math.isfinite(float(row[m])) for m in METRICS)
             assert row["test/loss"] != row["val/loss"]  # the held-out half, not the selection split
-            run_json = (out / cell / f"seed{seed}" / "run.json").read_text()
-            assert '"test_split": "held_out"' in run_json and '"test":' in run_json
+            record = read_run_record(out / cell / f"seed{seed}")
+            assert record.test_split == "held_out" and record.test is not None
 
 
 def test_report_compares_the_cells_on_test_at_their_tuned_points(tuned_sweep):

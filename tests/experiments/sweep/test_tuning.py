@@ -49,6 +49,25 @@ def test_the_cap_stops_the_search_and_flags_the_key():
     assert state.chosen == (0.0316227766017,) and state.unbracketed == ("optim.lr",) and len(results) == 4
 
 
+def test_an_edge_still_improving_is_open_though_the_best_is_inside():
+    """A second dip past the grid: the top edge is better than its neighbour, so the range grows until the curve
+    turns up there; a better point found so is chosen."""
+    grid = TunedKey("optim.lr", (1e-3, 3e-3, 1e-2, 3e-2))
+    losses = {1e-3: 2.0, 3e-3: 1.0, 1e-2: 1.6, 3e-2: 1.5, 0.0932: 1.7}  # 0.0932: the grid ratio past 3e-2
+    state, rounds, results = run_search(Tune((grid,), 4, "val/loss", (0,)), lambda lr: losses[round(lr, 4)])
+    assert state.chosen == (3e-3,) and not state.unbracketed and rounds == 2 and (0.0932169751786,) in results
+    losses |= {0.0932: 0.5, 0.2896: 0.9}  # past the dip, a new best: it must be bracketed in turn
+    state, _, results = run_search(Tune((grid,), 4, "val/loss", (0,)), lambda lr: losses[round(lr, 4)])
+    assert state.chosen == (0.0932169751786,) and not state.unbracketed and len(results) == 6
+
+
+def test_an_open_edge_at_the_cap_is_unbracketed():
+    grid = TunedKey("optim.lr", (1e-3, 3e-3, 1e-2, 3e-2))
+    losses = {1e-3: 2.0, 3e-3: 1.0, 1e-2: 1.6, 3e-2: 1.5}
+    state, _, _ = run_search(Tune((grid,), 0, "val/loss", (0,)), lambda lr: losses[round(lr, 4)])
+    assert state.chosen == (3e-3,) and state.unbracketed == ("optim.lr",)
+
+
 def test_below_the_grid_and_higher_is_better():
     def accuracy(lr):
         return -valley(1e-4)(lr)
@@ -103,4 +122,4 @@ def test_bad_blocks_name_the_problem(raw, message):
 
 def test_defaults():
     tune = parse_tune({"grid": {"optim.lr": [1e-3, 3e-3, 1e-2]}}, (5, 6), ())
-    assert tune.extend == 2 and tune.metric == "val/loss" and tune.seeds == (5,) and tune.keys[0].grid == LR.grid
+    assert tune.extend == 4 and tune.metric == "val/loss" and tune.seeds == (5,) and tune.keys[0].grid == LR.grid

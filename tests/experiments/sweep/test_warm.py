@@ -21,7 +21,7 @@ from pathlib import Path
 import pytest
 
 from experiments.sweep.processes import Processes, tee
-from experiments.sweep.warm import Warm, WarmProcess
+from experiments.sweep.warm import PRELOAD, ROOT, Warm, WarmProcess
 
 PROBE = """
 import __main__, os, signal, sys, threading
@@ -209,6 +209,22 @@ def test_each_environment_has_its_warm_process_and_threads(tmp_path):
     finally:
         warm.close()
     assert warm.off is None and all(isinstance(p, WarmProcess) for p in procs.started)
+
+
+def test_the_preload_is_everything_cli_py_imports():
+    """The warm process names what it loads instead of importing the entry point (which no package may import):
+    after `PRELOAD`, importing cli.py loads no module but itself, so a forked run starts as warm as before."""
+    code = (
+        "import importlib, sys\n"
+        f"for name in {PRELOAD!r}: importlib.import_module(name)\n"
+        "before = set(sys.modules)\n"
+        "import cli\n"
+        "print(sorted(set(sys.modules) - before))"
+    )
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    done = subprocess.run([sys.executable, "-c", code], cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-2000:]
+    assert done.stdout.strip() == "['cli']", f"cli.py imports more than PRELOAD loads: {done.stdout.strip()}"
 
 
 def test_a_changed_source_is_imported_again(tmp_path, capsys):

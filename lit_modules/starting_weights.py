@@ -1,0 +1,31 @@
+"""Where a run's weights start and which of them train: `init_from` (a checkpoint or a reference model), the PEFT
+method's added parameters, the freezing policy, and `torch.compile` over the result."""
+
+from __future__ import annotations
+
+import torch
+
+from models.finetune import load_weights, read_weights, set_trainable
+
+
+class StartingWeights:
+    """Mixin of `TaskModule` (`self.model`, `self.init_from`, `self.init_replace`, `self.peft`, `self.freeze`,
+    `self.compile`)."""
+
+    _tuned = False  # prepare_model has run
+
+    def prepare_model(self) -> None:
+        """Loads `init_from`, adds the PEFT method's parameters and sets which parameters train. Runs once,
+        from `configure_model`: before a checkpoint is restored (a resumed or evaluated run's checkpoint holds
+        the adapters, so they must exist) and before the optimiser is made."""
+        if self._tuned:
+            return
+        self._tuned = True
+        if self.init_from:
+            load_weights(self.model, read_weights(self.init_from), self.init_replace, source=str(self.init_from))
+        set_trainable(self.model, self.peft, self.freeze, self.init_replace)
+
+    def configure_model(self) -> None:
+        self.prepare_model()
+        if self.compile and not isinstance(self.model, torch._dynamo.eval_frame.OptimizedModule):
+            self.model = torch.compile(self.model)
