@@ -1,11 +1,12 @@
 """How a paired difference between cells moves along a model ladder: its least-squares slope against
 ln(non-embedding parameters), with a 95% interval from a bootstrap over seeds within each size. The ladder
 studies' verdict scripts state their rules with it (`ffn_norm/ladder_verdict.py`,
-`extrapolation/ladder_verdict.py`); the fitted power laws of the report are shown beside, not used by them."""
+`extrapolation/ladder_verdict.py`); the fitted power laws of the report are shown beside, not used by them.
+`ladder_cells` reads a ladder sweep with each (cell, size)'s bracketing, which the decision library's guard needs
+(`analysis.decisions.bracketing`): a trend rests on every size, so one unbracketed cell makes it inconclusive."""
 
 from __future__ import annotations
 
-import json
 import math
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -13,9 +14,8 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.analysis.comparison import CellResult, analyse
-from experiments.records.layout import LEDGER_NAME, SWEEP_INFO
-from experiments.records.ledger import Ledger
+from experiments.analysis.comparison import CellResult
+from experiments.analysis.sweep_results import load
 
 BOOTSTRAP = 4000
 SEED = 0  # the bootstrap's own: the interval is a function of the ledger
@@ -52,11 +52,32 @@ def per_seed(a: Mapping[int, float], b: Mapping[int, float]) -> list[float]:
     return [a[s] - b[s] for s in sorted(set(a) & set(b))]
 
 
-def ladder_cells(sweep_dir: Path, metric: str) -> tuple[list[str], dict[tuple[str, str], CellResult], int]:
-    """A ladder sweep's size names, its (cell, size) -> final runs with `metric`, and how many (cell, size)
-    have no finished run with it yet."""
-    info = json.loads((sweep_dir / SWEEP_INFO).read_text())
-    cells = {c.name: c for c in analyse(Ledger(sweep_dir / LEDGER_NAME), info).cells}
-    found = {tuple(where): cells.get(name) for name, where in info["ladder"]["cells"].items()}
+@dataclass(frozen=True)
+class LadderCells:
+    """A ladder sweep as its verdict reads it.
+
+    Args:
+        sizes: the size names, smallest first.
+        at: (cell, size) -> the final runs of the (cell, size) that recorded the metric.
+        missing: how many (cell, size) have no finished run with it yet.
+        unbracketed: (cell, size) -> the tuned keys its search left at a grid's edge.
+    """
+
+    sizes: list[str]
+    at: dict[tuple[str, str], CellResult]
+    missing: int
+    unbracketed: dict[tuple[str, str], list[str]]
+
+    def edges(self, *keys: tuple[str, str]) -> dict[str, list[str]]:
+        """The unbracketed keys of these (cell, size), named `cell,size=size` (for `decisions.bracketing`)."""
+        return {f"{cell},size={size}": self.unbracketed.get((cell, size), []) for cell, size in keys}
+
+
+def ladder_cells(sweep_dir: Path, metric: str) -> LadderCells:
+    """A ladder sweep's sizes, its (cell, size) with finished runs recording `metric`, and their bracketing."""
+    sweep = load(sweep_dir)
+    where = {name: tuple(pair) for name, pair in sweep.info["ladder"]["cells"].items()}
+    found = {pair: sweep.cells.get(name) for name, pair in where.items()}
     done = {key: result for key, result in found.items() if result is not None and result.values(metric)}
-    return [s["name"] for s in info["ladder"]["sizes"]], done, len(found) - len(done)
+    unbracketed = {where[name]: keys for name, keys in sweep.unbracketed().items() if name in where}
+    return LadderCells([s["name"] for s in sweep.info["ladder"]["sizes"]], done, len(found) - len(done), unbracketed)

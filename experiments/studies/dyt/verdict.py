@@ -1,6 +1,7 @@
 """The Dynamic Tanh study's verdicts, derived from its ledgers by the rules its specs state before any run
 (`dyt_gpt.yaml`, `dyt_vit.yaml`): DyT against LayerNorm at each size (TOST within the spec's margin), the GPT's
-α0 sensitivity, RMSNorm beside them, as Markdown for the README.
+α0 sensitivity, RMSNorm beside them, as Markdown for the README. A comparison touching a cell whose
+learning-rate search ended at its grid's edge is inconclusive by the bracketing rule (`analysis.decisions`).
 
     python -m experiments.studies.dyt.verdict experiments/studies/dyt/results/dyt_gpt \
 experiments/studies/dyt/results/dyt_vit [experiments/studies/dyt/results/dyt_vit_wide ...]
@@ -12,15 +13,13 @@ same rule and labelled post hoc; they never change the pre-registered lines.
 
 from __future__ import annotations
 
-import json
+import statistics
 import sys
 from pathlib import Path
 
-from experiments.analysis.comparison import CellResult, analyse
-from experiments.analysis.formatting import p_text
+from experiments.analysis import decisions as rules
 from experiments.analysis.stats import Comparison, paired_difference
-from experiments.records.layout import LEDGER_NAME, SWEEP_INFO
-from experiments.records.ledger import Ledger
+from experiments.analysis.sweep_results import load
 
 # family -> (the metric compared, its margin, whether higher is better, DyT's cells)
 FAMILIES = {
@@ -29,58 +28,60 @@ FAMILIES = {
 }
 
 
-def _interval(c: Comparison) -> str:
-    return (f"{c.diff:+.3f} [{c.ci_low:+.3f}, {c.ci_high:+.3f}], p = {p_text(c.p_value)}, "
-            f"TOST p = {p_text(c.equivalence_p)}")  # fmt: skip
-
-
-def _cells(sweep_dir: Path) -> dict[tuple[str, str], CellResult]:
-    """(cell, size) -> its final runs: `dyt-a0.5,size=d64` -> ("dyt-a0.5", "d64")."""
-    cells = analyse(Ledger(sweep_dir / LEDGER_NAME), _info(sweep_dir)).cells
-    return {tuple(c.name.replace("size=", "").split(",")): c for c in cells}
+def _split(name: str) -> tuple[str, str]:
+    """`dyt-a0.5,size=d64` -> ("dyt-a0.5", "d64")."""
+    return tuple(name.replace("size=", "").split(","))
 
 
 def family_verdicts(family: str, sweep_dir: Path, label: str | None = None) -> list[str]:
     """`label` names the lines (the family by default; a post hoc sweep says so)."""
     metric, margin, higher, dyts = FAMILIES[family]
     family = label or family
-    cells = _cells(sweep_dir)
+    sweep = load(sweep_dir)
+    cells = sweep.keyed(_split)
     sizes = sorted({size for _, size in cells}, key=lambda s: int(s.lstrip("d")))
     names = ("layernorm", "rmsnorm", *dyts)
     missing = [(n, s) for s in sizes for n in names if (n, s) not in cells or not cells[n, s].values(metric)]
     if not sizes or missing:
         return [f"- {family}: the final runs of {len(missing)} cell(s) have not ended: no verdict yet"]
+    unbracketed = sweep.unbracketed()
+    worse = "below" if higher else "above"
 
-    def diff(name: str, size: str, reference: str = "layernorm") -> Comparison:
-        return paired_difference(cells[name, size].values(metric), cells[reference, size].values(metric), margin)
+    def diff(name: str, size: str, reference: str = "layernorm") -> tuple[Comparison, rules.Guard | None]:
+        c = paired_difference(cells[name, size].values(metric), cells[reference, size].values(metric), margin)
+        return c, rules.bracketing(unbracketed, (f"{name},size={size}", f"{reference},size={size}"))
 
-    # DyT at the better of its α0 by the final runs' validation metric (GPT); the ViT has one
+    # DyT at the better of its α0 at each size, by the mean over seeds of the final runs' validation metric
     val = metric.replace("test/", "val/")
     pick = max if higher else min
-    best = pick(dyts, key=lambda n: sum(pick(cells[n, s].values(val).values()) for s in sizes))
-    dyt = [diff(best, s) for s in sizes]
-    worse = [(c.ci_high < 0) if higher else (c.ci_low > 0) for c in dyt]
-    label = "reproduced" if all(c.equivalent for c in dyt) else "not reproduced" if any(worse) else "inconclusive"
-    at = lambda cs: "; ".join(f"{s}: {_interval(c)}" for s, c in zip(sizes, cs))  # noqa: E731
-    lines = [f"- **{family}: DyT matches LayerNorm: {label}.** {best} − layernorm on {metric}, paired by seed, each at "
-             f"its tuned lr (±{margin}): {at(dyt)}."]  # fmt: skip
+    best = {s: pick(dyts, key=lambda n: statistics.mean(cells[n, s].values(val).values())) for s in sizes}
+    dyt = [diff(best[s], s) for s in sizes]
+    matches = rules.combine([rules.decide(rules.equivalence(c, worse), g) for c, g in dyt])
+    at = lambda cs: "; ".join(f"{s}: {rules.interval(c, tost=True)}" for s, (c, _) in zip(sizes, cs))  # noqa: E731
+    chosen = ", ".join(f"{best[s]} at {s}" for s in sizes) if len(dyts) > 1 else dyts[0]
+    lines = [f"- **{family}: DyT matches LayerNorm: {matches}.**{rules.why(matches)} DyT ({chosen}) − layernorm "
+             f"on {metric}, paired by seed, each at its tuned lr (±{margin}): {at(dyt)}."]  # fmt: skip
     if len(dyts) == 2:
         alpha = [diff(dyts[0], s, dyts[1]) for s in sizes]
-        sensitive = any(c.ci_low > 0 or c.ci_high < 0 for c in alpha)
-        label = "reproduced" if sensitive else "not reproduced" if all(c.equivalent for c in alpha) else "inconclusive"
-        lines.append(f"- **{family}: α0-sensitive: {label}.** {dyts[0]} − {dyts[1]} on {metric}: {at(alpha)}.")
+        # "α0-sensitive": a CI excluding 0 at either size; not reproduced if equivalent at both
+        sensitive = rules.combine([rules.decide(_sensitive(c), g) for c, g in alpha], positive="any", negative="all")
+        lines.append(f"- **{family}: α0-sensitive: {sensitive}.**{rules.why(sensitive)} {dyts[0]} − {dyts[1]} on "
+                     f"{metric}: {at(alpha)}.")  # fmt: skip
     lines.append(f"- {family}: rmsnorm − layernorm on {metric}: {at([diff('rmsnorm', s) for s in sizes])}.")
     return lines
 
 
+def _sensitive(c: Comparison) -> rules.Verdict:
+    """At one size: reproduced when the CI excludes 0, not reproduced when equivalent, else inconclusive."""
+    if rules.side(c) != "contains":
+        return rules.Verdict(rules.REPRODUCED, "the 95% CI excludes 0")
+    return rules.Verdict(rules.NOT_REPRODUCED if c.equivalent else rules.INCONCLUSIVE)
+
+
 def _family(sweep_dir: Path) -> str:
     """The family whose DyT cells (exactly) the sweep has."""
-    dyts = {cell["name"].split(",")[0] for cell in _info(sweep_dir)["cells"]} - {"layernorm", "rmsnorm"}
+    dyts = {cell["name"].split(",")[0] for cell in load(sweep_dir).info["cells"]} - {"layernorm", "rmsnorm"}
     return next(family for family, (*_, cells) in FAMILIES.items() if dyts == set(cells))
-
-
-def _info(sweep_dir: Path) -> dict:
-    return json.loads((sweep_dir / SWEEP_INFO).read_text())
 
 
 def verdicts(gpt_dir: Path, vit_dir: Path, *post_hoc_dirs: Path) -> list[str]:

@@ -1,6 +1,8 @@
 """The extrapolation ladder's verdict, derived from its ledger by the rule its spec states before any run
 (`extrapolation_ladder.yaml`): ALiBi against RoPE at 4x the training length at each size, ALiBi's flatness to
-8x, and how the 4x gap and the in-distribution gap move with size.
+8x, and how the 4x gap and the in-distribution gap move with size. A size whose comparison touches a cell whose
+learning-rate search ended at its grid's edge is inconclusive by the bracketing rule (`analysis.decisions`), and so
+is a trend that rests on it.
 
     python -m experiments.studies.extrapolation.ladder_verdict \
 experiments/studies/extrapolation/results/extrapolation_ladder
@@ -10,8 +12,9 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from experiments.analysis.formatting import p_text
-from experiments.analysis.stats import Comparison, paired_difference
+from experiments.analysis import decisions as rules
+from experiments.analysis.decisions import interval as _interval
+from experiments.analysis.stats import paired_difference
 from experiments.studies import table_script
 from experiments.studies.ladder_trend import ladder_cells, per_seed, trend
 
@@ -21,47 +24,61 @@ FLAT = 0.01  # "ALiBi stays flat": its 8x − 1x loss at most this (upper CI bou
 ALIBI, ROPE = "pos_encoding=alibi", "pos_encoding=rope"
 
 
-def _interval(c: Comparison) -> str:
-    return f"{c.diff:+.3f} [{c.ci_low:+.3f}, {c.ci_high:+.3f}], p = {p_text(c.p_value)}"
-
-
 def verdicts(sweep_dir: Path) -> list[str]:
     """One bullet per pre-registered check, then the per-size table."""
-    sizes, at, missing = ladder_cells(sweep_dir, AT_4X)
-    if missing:
-        return [f"- the final runs of {missing} (scheme, size) cell(s) have not ended: no verdict yet"]
+    ladder = ladder_cells(sweep_dir, AT_4X)
+    if ladder.missing:
+        return [f"- the final runs of {ladder.missing} (scheme, size) cell(s) have not ended: no verdict yet"]
+    sizes = ladder.sizes
     rows = ["| size | non-embedding parameters | ALiBi − RoPE at 4× | ALiBi 8× − 1× | RoPE − ALiBi at 1× |",
             "|---|---:|---|---|---|"]  # fmt: skip
-    gaps, in_dist, signs, flat = {}, {}, [], []
+    gaps, in_dist, better, flat, guards = {}, {}, [], [], []
     for size in sizes:
-        alibi, rope = at[(ALIBI, size)], at[(ROPE, size)]
+        alibi, rope = ladder.at[(ALIBI, size)], ladder.at[(ROPE, size)]
         n = rope.stat("params_non_embedding")
         gap = paired_difference(alibi.values(AT_4X), rope.values(AT_4X))
         rise = paired_difference(alibi.values(AT_8X), alibi.values(AT_1X))
         inside = paired_difference(rope.values(IN_DISTRIBUTION), alibi.values(IN_DISTRIBUTION))
         gaps[n] = per_seed(alibi.values(AT_4X), rope.values(AT_4X))
         in_dist[n] = per_seed(rope.values(IN_DISTRIBUTION), alibi.values(IN_DISTRIBUTION))
-        signs.append("below" if gap.ci_high < 0 else "above" if gap.ci_low > 0 else "contains")
-        flat.append(rise.ci_high <= FLAT)
-        rows.append(f"| {size} | {n:,.0f} | {_interval(gap)} | {_interval(rise)} | {_interval(inside)} |")
-    if all(s == "below" for s in signs):
-        label = "holds at every size"
-    elif "above" in signs:
-        label = "reverses at " + ", ".join(size for size, s in zip(sizes, signs) if s == "above")
-    else:
-        label = "inconclusive at " + ", ".join(size for size, s in zip(sizes, signs) if s != "below")
+        edges = ladder.edges((ALIBI, size), (ROPE, size))
+        guards.append(rules.bracketing(edges, edges))
+        better.append(rules.decide(rules.direction(gap, "below"), guards[-1]))
+        holds = rules.Verdict(rules.REPRODUCED if rise.ci_high <= FLAT else rules.NOT_REPRODUCED)
+        flat.append(rules.decide(holds, rules.bracketing(edges, [f"{ALIBI},size={size}"])))
+        mark = "" if guards[-1] is None else " †"
+        rows.append(f"| {size}{mark} | {n:,.0f} | {_interval(gap)} | {_interval(rise)} | {_interval(inside)} |")
+    label = _per_size(sizes, better, "holds at every size", "reverses at")
+    flat_label = _per_size(sizes, flat, "holds at every size", "does not hold at")
     gap_trend, in_trend = trend(gaps), trend(in_dist)
+    trend_verdict = rules.decide(rules.Verdict("read"), *guards)  # a trend rests on every size
+    edges = rules.reasons([g for g in guards if g])
     return [
-        f"- **ALiBi extrapolates better than RoPE (4×, {AT_4X}): {label}.** ALiBi − RoPE has a 95% CI below 0 at "
-        f"{signs.count('below')} of {len(sizes)} sizes.",
-        f"- **ALiBi stays flat to 8×: {'holds' if all(flat) else 'does not hold'} at every size** (8× − 1× at most "
-        f"+{FLAT} at {sum(flat)} of {len(sizes)} sizes, CI upper bound).",
+        f"- **ALiBi extrapolates better than RoPE (4×, {AT_4X}): {label}.** ALiBi − RoPE has a 95% CI below 0, "
+        f"bracketed, at {sum(v.label == rules.REPRODUCED for v in better)} of {len(sizes)} sizes.",
+        f"- **ALiBi stays flat to 8×: {flat_label}** (8× − 1× at most +{FLAT}, CI upper bound, bracketed, at "
+        f"{sum(v.label == rules.REPRODUCED for v in flat)} of {len(sizes)} sizes).",
         f"- **How the gaps move with size** (slope against ln(non-embedding parameters), bootstrap 95% CI over "
         f"seeds): ALiBi − RoPE at 4× {gap_trend.slope:+.4f} [{gap_trend.low:+.4f}, {gap_trend.high:+.4f}] per "
-        f"e-fold; RoPE − ALiBi at 1× {in_trend.slope:+.4f} [{in_trend.low:+.4f}, {in_trend.high:+.4f}].",
+        f"e-fold; RoPE − ALiBi at 1× {in_trend.slope:+.4f} [{in_trend.low:+.4f}, {in_trend.high:+.4f}]"
+        + (f"; {trend_verdict} (it rests on every size, †)." if trend_verdict.guard else "."),
         "",
         *rows,
+        *([f"† inconclusive by the bracketing rule ({edges})."] if edges else []),
     ]
+
+
+def _per_size(sizes: list[str], verdicts: list[rules.Verdict], every: str, against: str) -> str:
+    """`every` when each size reproduces; `against` the sizes that do not (by a clean CI); else inconclusive at
+    the rest, by the bracketing rule where a guard kept them."""
+    if all(v.label == rules.REPRODUCED for v in verdicts):
+        return every
+    negative = [s for s, v in zip(sizes, verdicts) if v.label == rules.NOT_REPRODUCED]
+    if negative:
+        return f"{against} " + ", ".join(negative)
+    rest = [s for s, v in zip(sizes, verdicts) if v.label != rules.REPRODUCED]
+    guarded = " by the bracketing rule" if all(v.guard for s, v in zip(sizes, verdicts) if s in rest) else ""
+    return f"inconclusive{guarded} at " + ", ".join(rest)
 
 
 def main(argv: list[str] | None = None) -> int:

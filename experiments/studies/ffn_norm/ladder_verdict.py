@@ -1,5 +1,7 @@
 """The FFN ladder's verdict, derived from its ledger by the rule its spec states before any run
-(`ffn_norm_ladder.yaml`): the gated FFNs' lead over the plain ones at each size, and its trend with size.
+(`ffn_norm_ladder.yaml`): the gated FFNs' lead over the plain ones at each size, and its trend with size. A size
+whose lead touches a cell whose learning-rate search ended at its grid's edge is inconclusive by the bracketing
+rule (`analysis.decisions`), and so is the trend that rests on every size.
 
     python -m experiments.studies.ffn_norm.ladder_verdict experiments/studies/ffn_norm/results/ffn_norm_ladder
 """
@@ -10,7 +12,8 @@ from pathlib import Path
 
 import numpy as np
 
-from experiments.analysis.formatting import p_text
+from experiments.analysis import decisions as rules
+from experiments.analysis.decisions import interval
 from experiments.analysis.stats import paired_difference
 from experiments.studies import table_script
 from experiments.studies.ladder_trend import ladder_cells, trend
@@ -26,29 +29,36 @@ def _mean_by_seed(runs: list[dict[int, float]]) -> dict[int, float]:
 
 def verdicts(sweep_dir: Path) -> list[str]:
     """The lead at each size (a Markdown table) and the trend's label by the rule."""
-    sizes, at, missing = ladder_cells(sweep_dir, METRIC)
-    if missing:
-        return [f"- the final runs of {missing} (activation, size) cell(s) have not ended: no verdict yet"]
+    ladder = ladder_cells(sweep_dir, METRIC)
+    if ladder.missing:
+        return [f"- the final runs of {ladder.missing} (activation, size) cell(s) have not ended: no verdict yet"]
     acts = (*PLAIN, *GATED)
     rows = ["| size | non-embedding parameters | gated − plain [95% CI], p | present |", "|---|---:|---|---|"]
-    leads, present = {}, []
-    for size in sizes:
-        result = {a: at[(f"activation={a}", size)] for a in acts}
+    leads, present, guards = {}, [], []
+    for size in ladder.sizes:
+        result = {a: ladder.at[(f"activation={a}", size)] for a in acts}
         gated = _mean_by_seed([result[a].values(METRIC) for a in GATED])
         plain = _mean_by_seed([result[a].values(METRIC) for a in PLAIN])
         d = paired_difference(gated, plain)
         n = result["relu"].stat("params_non_embedding")
         leads[n] = [gated[s] - plain[s] for s in sorted(set(gated) & set(plain))]
-        present.append(d.ci_high < 0)
-        rows.append(f"| {size} | {n:,.0f} | {d.diff:+.3f} [{d.ci_low:+.3f}, {d.ci_high:+.3f}], p = {p_text(d.p_value)} "
-                    f"| {'yes' if d.ci_high < 0 else 'no'} |")  # fmt: skip
+        edges = ladder.edges(*((f"activation={a}", size) for a in acts))
+        guards.append(rules.bracketing(edges, edges))
+        shown = rules.decide(rules.direction(d, "below"), guards[-1])
+        present.append(shown.label == rules.REPRODUCED)
+        label = "yes" if present[-1] else f"no{rules.why(shown)}" if shown.guard else "no"
+        rows.append(f"| {size} | {n:,.0f} | {interval(d)} | {label} |")
     t = trend(leads)
-    label = "grows" if t.high < 0 else "shrinks" if t.low > 0 else "holds" if all(present) else "inconclusive"
+    # the lead is negative: a falling slope is a lead that grows
+    label = rules.ladder_trend(t.low, t.high).relabel({"falls": "grows", "rises": "shrinks"})
+    if label.label == rules.INCONCLUSIVE and all(present):
+        label = rules.Verdict("holds")
+    label = rules.decide(label, *guards)
     return [
-        f"- **The gated FFNs' lead {label} with size.** Slope of the lead (mean(SwiGLU, GeGLU) − mean(ReLU, GELU) "
-        f"on {METRIC}) against ln(non-embedding parameters): {t.slope:+.4f} per e-fold [{t.low:+.4f}, "
-        f"{t.high:+.4f}] (bootstrap over seeds); the lead is present (CI below 0) at {sum(present)} of "
-        f"{len(sizes)} sizes.",
+        f"- **The gated FFNs' lead with size: {label}.**{rules.why(label)} Slope of the lead (mean(SwiGLU, GeGLU) − "
+        f"mean(ReLU, GELU) on {METRIC}) against ln(non-embedding parameters): {t.slope:+.4f} per e-fold "
+        f"[{t.low:+.4f}, {t.high:+.4f}] (bootstrap over seeds); the lead is present (CI below 0, bracketed) at "
+        f"{sum(present)} of {len(ladder.sizes)} sizes.",
         "",
         *rows,
     ]

@@ -7,14 +7,14 @@ and the reordered norm beside them), as Markdown for the README.
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
-from experiments.analysis.comparison import CellResult, analyse
-from experiments.analysis.formatting import p_text
+from experiments.analysis import decisions as rules
+from experiments.analysis.comparison import CellResult
+from experiments.analysis.decisions import interval as _interval
 from experiments.analysis.stats import Comparison, paired_difference
-from experiments.records.layout import LEDGER_NAME, SWEEP_INFO
-from experiments.records.ledger import SEARCH_MARK, Ledger
+from experiments.analysis.sweep_results import load
+from experiments.records.ledger import SEARCH_MARK
 from experiments.studies import table_script
 from experiments.studies.table_script import mean_std
 
@@ -28,38 +28,50 @@ def cell_key(name: str) -> tuple[str, str]:
     return parts["norm_placement"], parts["size"]
 
 
-def _interval(c: Comparison) -> str:
-    return f"{c.diff:+.3f} [{c.ci_low:+.3f}, {c.ci_high:+.3f}], p = {p_text(c.p_value)}"
+Cells = dict[tuple[str, str], CellResult]
+Unbracketed = dict[tuple[str, str], list[str]]  # (placement, depth) -> the tuned keys left at a grid's edge
 
 
-def _below(comparisons: list[Comparison]) -> str:
-    """reproduced: every CI below 0; not reproduced: any above 0; otherwise inconclusive."""
-    if all(c.ci_high < 0 for c in comparisons):
-        return "reproduced"
-    return "not reproduced" if any(c.ci_low > 0 for c in comparisons) else "inconclusive"
+def _cells(sweep_dir: Path) -> tuple[Cells, Unbracketed]:
+    sweep = load(sweep_dir)
+    return sweep.keyed(cell_key), {cell_key(name): keys for name, keys in sweep.unbracketed().items()}
 
 
-def _cells(sweep_dir: Path) -> dict[tuple[str, str], CellResult]:
-    info = json.loads((sweep_dir / SWEEP_INFO).read_text())
-    return {cell_key(c.name): c for c in analyse(Ledger(sweep_dir / LEDGER_NAME), info).cells}
+def _guard(unbracketed: Unbracketed, placement: str, depth: str) -> rules.Guard | None:
+    """The bracketing guard of `placement` − Pre at `depth` (cells named `placement@depth`)."""
+    cells = (f"{placement}@{depth}", f"pre@{depth}")
+    return rules.bracketing({f"{p}@{d}": keys for (p, d), keys in unbracketed.items()}, cells)
 
 
-def _claims(cells: dict[tuple[str, str], CellResult], depths: list[str], label: str = "") -> list[str]:
-    """The three pre-registered claims, Peri-LN against Pre-LN at each depth, by the spec's rule."""
+def _flag(guard: rules.Guard | None) -> str:
+    """A comparison outside the claims that touches an unbracketed cell says so."""
+    return f" ({guard.reason})" if guard else ""
+
+
+def _claims(cells: Cells, unbracketed: Unbracketed, depths: list[str], label: str = "") -> list[str]:
+    """The three pre-registered claims, Peri-LN against Pre-LN at each depth, by the spec's rule; a depth whose
+    Pre-LN or Peri-LN search ended at its grid's edge is inconclusive by the bracketing rule."""
+    guards = [_guard(unbracketed, "peri", d) for d in depths]
     loss = [_against_pre(cells, "peri", d, LOSS) for d in depths]
     growth = [_against_pre(cells, "peri", d, GROWTH) for d in depths]
+
+    def below(comparisons: list[Comparison]) -> rules.Verdict:
+        return rules.combine([rules.decide(rules.direction(c, "below"), g) for c, g in zip(comparisons, guards)])
+
     spikes = {(p, d): int(sum(cells[p, d].values(SPIKES).values())) for p in ("pre", "peri") for d in depths}
     more = all(spikes["pre", d] > spikes["peri", d] for d in depths)
     spike_label = "inconclusive" if not any(spikes.values()) else "reproduced" if more else "not reproduced"
+    spike = rules.decide(rules.Verdict(spike_label), *guards) if any(spikes.values()) else rules.Verdict(spike_label)
     counted = [f"{spikes['pre', d]} against {spikes['peri', d]}" for d in depths]
+    beats, flat = below(loss), below(growth)
     return [
-        f"- **{label}Peri-LN beats Pre-LN: {_below(loss)}.** Peri − Pre on {LOSS}, paired by seed, each at its tuned "
-        f"lr: {_at(depths, map(_interval, loss))}.",
-        f"- **{label}Peri-LN keeps the residual stream from growing with depth: {_below(growth)}.** Growth = ln(RMS "
-        f"after the last block / after the first) at the last probe; Peri − Pre: "
+        f"- **{label}Peri-LN beats Pre-LN: {beats}.**{rules.why(beats)} Peri − Pre on {LOSS}, paired by seed, each "
+        f"at its tuned lr: {_at(depths, map(_interval, loss))}.",
+        f"- **{label}Peri-LN keeps the residual stream from growing with depth: {flat}.**{rules.why(flat)} Growth = "
+        f"ln(RMS after the last block / after the first) at the last probe; Peri − Pre: "
         f"{_at(depths, map(_interval, growth))}.",
-        f"- **{label}Pre-LN spikes more: {spike_label}.** Loss spikes over the final runs (z > 6 over 50 steps), Pre "
-        f"against Peri: {_at(depths, counted)}.",
+        f"- **{label}Pre-LN spikes more: {spike}.**{rules.why(spike)} Loss spikes over the final runs (z > 6 over 50 "
+        f"steps), Pre against Peri: {_at(depths, counted)}.",
     ]
 
 
@@ -71,20 +83,21 @@ def verdicts(sweep_dir: Path, *post_hoc_dirs: Path) -> list[str]:
     """One Markdown bullet per pre-registered claim, then the other placements against Pre-LN; then the claims
     again for each post hoc folder, its cells standing in for the pre-registered ones of the same name (paired
     by seed with the rest)."""
-    cells = _cells(sweep_dir)
+    cells, unbracketed = _cells(sweep_dir)
     depths = sorted({depth for _, depth in cells}, key=lambda d: int(d.lstrip("L")))
     missing = [(p, d) for d in depths for p in PLACEMENTS if (p, d) not in cells or not cells[p, d].values(LOSS)]
     if not depths or missing:
         return [f"- the final runs of {len(missing)} cell(s) have not ended: no verdict yet"]
-    lines = _claims(cells, depths)
+    lines = _claims(cells, unbracketed, depths)
     for placement in ("post", "reordered"):  # beside the verdicts, by the same comparisons
         shown = _at(depths, (f"{LOSS} {_interval(_against_pre(cells, placement, d, LOSS))}; growth "
-                             f"{_interval(_against_pre(cells, placement, d, GROWTH))}" for d in depths))  # fmt: skip
+                             f"{_interval(_against_pre(cells, placement, d, GROWTH))}"
+                             f"{_flag(_guard(unbracketed, placement, d))}" for d in depths))  # fmt: skip
         lines.append(f"- {placement} − Pre (not a pre-registered claim): {shown}.")
     rows = [(p, cells) for p in PLACEMENTS]
     for folder in post_hoc_dirs:
-        lines += _post_hoc(cells, depths, folder)
-        found = {key: cell for key, cell in _cells(folder).items() if cell.values(LOSS)}
+        lines += _post_hoc(cells, unbracketed, depths, folder)
+        found = {key: cell for key, cell in _cells(folder)[0].items() if cell.values(LOSS)}
         rows += [(f"{p}, post hoc ({folder.name})", cells | found) for p in PLACEMENTS if (p, depths[0]) in found]
     return lines + ["", *_table(rows, depths)]
 
@@ -108,27 +121,38 @@ def _table(rows: list[tuple[str, dict[tuple[str, str], CellResult]]], depths: li
     return lines
 
 
-def _post_hoc(cells: dict[tuple[str, str], CellResult], depths: list[str], folder: Path) -> list[str]:
+def _post_hoc(cells: Cells, unbracketed: Unbracketed, depths: list[str], folder: Path) -> list[str]:
     """A post hoc folder's placements stand in for the pre-registered cells of the same name: the claims again
     where it re-ran Peri-LN, the comparison with Pre-LN for another placement, and each against its
     pre-registered self, all paired by seed."""
-    found = _cells(folder)
+    found, found_unbracketed = _cells(folder)
     placements = sorted({p for p, _ in found}, key=PLACEMENTS.index)
     replaced = {key: cell for key, cell in found.items() if cell.values(LOSS)}
     label = f"Post hoc ({folder.name}): "
     if not placements or len(replaced) < len(placements) * len(depths):
         return [f"- {label.lower()}its final runs have not ended: no verdict yet"]
     merged = cells | replaced
-    lines = _claims(merged, depths, label) if "peri" in placements else []
+    # a stand-in cell carries its own search's bracketing
+    merged_unbracketed = {k: v for k, v in unbracketed.items() if k not in replaced} | found_unbracketed
+    lines = _claims(merged, merged_unbracketed, depths, label) if "peri" in placements else []
     for placement in placements:
         if placement != "peri":
-            shown = _at(depths, (_interval(_against_pre(merged, placement, d, LOSS)) for d in depths))
+            shown = _at(depths, (_interval(_against_pre(merged, placement, d, LOSS))
+                                 + _flag(_guard(merged_unbracketed, placement, d)) for d in depths))  # fmt: skip
             lines.append(f"- {label}{placement} − Pre on {LOSS}: {shown}.")
-        changed = (paired_difference(replaced[placement, d].values(LOSS), cells[placement, d].values(LOSS))
-                   for d in depths)  # fmt: skip
-        shown = _at(depths, map(_interval, changed))
+        shown = _at(depths, (_interval(paired_difference(replaced[placement, d].values(LOSS),
+                                                         cells[placement, d].values(LOSS)))
+                             + _flag(_self_guard(unbracketed, found_unbracketed, placement, d))
+                             for d in depths))  # fmt: skip
         lines.append(f"- {label}its {placement} − the pre-registered one on {LOSS}, paired by seed: {shown}.")
     return lines
+
+
+def _self_guard(before: Unbracketed, after: Unbracketed, placement: str, depth: str) -> rules.Guard | None:
+    """The bracketing guard of a post hoc cell against its pre-registered self."""
+    pairs = (("post hoc", after), ("pre-registered", before))
+    edges = {f"{placement}@{depth} ({label})": found.get((placement, depth)) for label, found in pairs}
+    return rules.bracketing(edges, edges)
 
 
 def _against_pre(cells: dict[tuple[str, str], CellResult], placement: str, depth: str, column: str) -> Comparison:

@@ -7,17 +7,14 @@ experiments/studies/scan_length/results/scan_length_tuned
 
 from __future__ import annotations
 
-import json
 from pathlib import Path
 
 import numpy as np
 
-from experiments.analysis.comparison import analyse
-from experiments.analysis.formatting import p_text
-from experiments.analysis.stats import Comparison, paired_difference
-from experiments.analysis.tuning_report import searches
-from experiments.records.layout import LEDGER_NAME, SWEEP_INFO
-from experiments.records.ledger import Ledger
+from experiments.analysis import decisions as rules
+from experiments.analysis.decisions import interval as _interval
+from experiments.analysis.stats import paired_difference
+from experiments.analysis.sweep_results import load
 from experiments.records.values import format_value
 from experiments.studies import table_script
 
@@ -33,55 +30,55 @@ def _cell(split: str, scheme: str) -> str:
     return f"split={split},pos_encoding={scheme}"
 
 
-def _interval(c: Comparison) -> str:
-    return f"{c.diff:+.3f} [{c.ci_low:+.3f}, {c.ci_high:+.3f}], p = {p_text(c.p_value)}"
-
-
 def verdicts(sweep_dir: Path) -> list[str]:
     """One Markdown bullet per pre-registered check: its figures from the ledger and its label by the rule."""
-    info = json.loads((sweep_dir / SWEEP_INFO).read_text())
-    ledger = Ledger(sweep_dir / LEDGER_NAME)
-    cells = {c.name: c for c in analyse(ledger, info).cells}
+    sweep = load(sweep_dir)
     wanted = [_cell(split, scheme) for split in SPLITS for scheme in SCHEMES]
-    missing = [name for name in wanted if name not in cells or not cells[name].values(METRIC)]
+    missing = sweep.missing(wanted, METRIC)
     if missing:
         return [f"- the final runs of {len(missing)} cell(s) have not ended ({missing[0]}, …): no verdict yet"]
-    values = {name: cells[name].values(METRIC) for name in wanted}
+    values = {name: sweep.cells[name].values(METRIC) for name in wanted}
     median = {name: float(np.median(list(v.values()))) for name, v in values.items()}
-    _, metric, found = searches(ledger, info)
     chosen = ", ".join(
-        f"{scheme} {format_value(found[_cell('simple', scheme)].chosen[0])}" for scheme in SCHEMES
+        f"{scheme} {format_value(sweep.chosen(_cell('simple', scheme))[0])}" for scheme in SCHEMES
     )  # the simple split's search sets every split's rate (tune.search_on)
     simple = {scheme: median[_cell("simple", scheme)] for scheme in SCHEMES}
     met = all(m >= PRECONDITION for m in simple.values())
     shown = ", ".join(f"{s} {m:.1%}" for s, m in simple.items())
     lines = [
         f"- **Precondition (every scheme ≥ {PRECONDITION:.0%} on the simple split): {'met' if met else 'not met'}.** "
-        f"Median {METRIC} over seeds: {shown}. Learning rates chosen on the simple split's {metric}: {chosen}."
+        f"Median {METRIC} over seeds: {shown}. Learning rates chosen on the simple split's {sweep.metric}: {chosen}."
     ]
+    unbracketed = sweep.unbracketed()
+    precondition = rules.precondition(met, f"every scheme ≥ {PRECONDITION:.0%} on the simple split")
+
+    def guards(*schemes: str, split: str) -> list[rules.Guard | None]:
+        return [precondition, rules.bracketing(unbracketed, [_cell(split, s) for s in schemes])]
+
     diffs = {s: paired_difference(values[_cell("cutoff26", s)], values[_cell("cutoff26", "learned")]) for s in RELATIVE}
-    if not met:
-        relative_label = "inconclusive (precondition not met)"
-    elif all(d.ci_low > 0 for d in diffs.values()):
-        relative_label = "reproduced"
-    elif all(d.ci_high < 0 for d in diffs.values()):
-        relative_label = "not reproduced"
-    else:
-        relative_label = "inconclusive"
+    relative = rules.combine(
+        [rules.decide(rules.direction(d, "above"), *guards(s, "learned", split="cutoff26")) for s, d in diffs.items()],
+        negative="all",
+    )
     lines.append(
-        f"- **Relative positions generalise to longer outputs (Csordás et al.): {relative_label}.** On cutoff26, "
+        f"- **Relative positions generalise to longer outputs (Csordás et al.): {_shown(relative)}.** On cutoff26, "
         + "; ".join(f"{s} − learned {_interval(d)} (n = {d.n})" for s, d in diffs.items())
         + "."
     )
     length = {scheme: median[_cell("length", scheme)] for scheme in SCHEMES}
     every_fails = all(m < FAILS_BELOW for m in length.values())
-    fails_label = "reproduced" if every_fails else "not reproduced"
-    fails_label = fails_label if met else "inconclusive (precondition not met)"
+    fails = rules.Verdict(rules.REPRODUCED if every_fails else rules.NOT_REPRODUCED)
+    fails = rules.decide(fails, *guards(*SCHEMES, split="length"))
     lines.append(
-        f"- **Every scheme fails the length split (Lake & Baroni): {fails_label}.** Median {METRIC} "
+        f"- **Every scheme fails the length split (Lake & Baroni): {_shown(fails)}.** Median {METRIC} "
         f"(fails below {FAILS_BELOW:.0%}): " + ", ".join(f"{s} {m:.1%}" for s, m in length.items()) + "."
     )
     return lines
+
+
+def _shown(verdict: rules.Verdict) -> str:
+    """`inconclusive by the precondition rule` (the library's spelling; the reason is the first bullet)."""
+    return str(verdict) if verdict.guard == "precondition" else f"{verdict}{rules.why(verdict)}"
 
 
 def main(argv: list[str] | None = None) -> int:

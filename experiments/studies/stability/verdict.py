@@ -7,15 +7,14 @@ largest attention logit and log Z of each search run, by learning rate), as Mark
 
 from __future__ import annotations
 
-import json
 import math
 from pathlib import Path
 
-from experiments.analysis.comparison import analyse
+from experiments.analysis import decisions as rules
 from experiments.analysis.formatting import fixed, p_text
 from experiments.analysis.stats import paired_difference
-from experiments.analysis.tuning_report import initial_grid, searches, sensitivity, sensitivity_cap
-from experiments.records.layout import LEDGER_NAME, SWEEP_INFO
+from experiments.analysis.sweep_results import load
+from experiments.analysis.tuning_report import initial_grid, sensitivity, sensitivity_cap
 from experiments.records.ledger import SEARCH_MARK, Ledger
 from experiments.records.values import format_value
 from experiments.studies import table_script
@@ -34,50 +33,69 @@ def cell_key(name: str) -> tuple[str, str, str]:
     return parts["qk_norm"], parts["z_loss"], parts["size"]
 
 
-def _label(lower: list[bool], not_lower: list[bool]) -> str:
-    return "reproduced" if all(lower) else "not reproduced" if all(not_lower) else "inconclusive"
-
-
 def verdicts(sweep_dir: Path) -> list[str]:
     """One Markdown bullet per pre-registered claim, and the mechanism table."""
-    info = json.loads((sweep_dir / SWEEP_INFO).read_text())
-    ledger = Ledger(sweep_dir / LEDGER_NAME)
-    cells = {cell_key(c.name): c for c in analyse(ledger, info).cells}
+    sweep = load(sweep_dir)
+    cells = sweep.keyed(cell_key)
     sizes = sorted({size for _, _, size in cells}, key=lambda s: int(s.lstrip("d")))
     wanted = [(*variant, size) for size in sizes for variant in (BASELINE, *VARIANTS.values())]
     missing = [k for k in wanted if k not in cells or not cells[k].values(METRIC)]
     if not sizes or missing:
         return [f"- the final runs of {len(missing)} cell(s) have not ended: no verdict yet"]
-    keys, metric, found = searches(ledger, info)
-    found = {cell_key(name): search for name, search in found.items()}
-    grid = initial_grid(info, keys)
+    found = {cell_key(name): search for name, search in sweep.searches.items()}
+    grid = initial_grid(sweep.info, sweep.keys)
     spread = {}
     for size in sizes:  # one cap per size: the worst finite loss any cell of that size reached
         cap = sensitivity_cap({k: s for k, s in found.items() if k[2] == size}, higher=False)
         spread |= {k: sensitivity(s, grid, cap, higher=False) for k, s in found.items() if k[2] == size}
+    noise = _allowance(sweep, cells, found, len(grid))
     lines = []
     for claim, variant in VARIANTS.items():
         pairs = [(spread[(*variant, size)], spread[(*BASELINE, size)]) for size in sizes]
-        label = _label([v < LOWER_BY * b for v, b in pairs], [v >= b for v, b in pairs])
+        label = rules.combine([rules.sensitivity(v, b, noise, LOWER_BY) for v, b in pairs], negative="all")
         shown = "; ".join(f"{size}: {fixed(v, 3)} against {fixed(b, 3)}" for size, (v, b) in zip(sizes, pairs))
-        lines.append(f"- **{claim} lowers LR sensitivity: {label}.** Sensitivity on {metric} (the mean excess over "
-                     f"the best across the grid, diverged points at the size's cap), {claim} against neither: {shown}.")
+        lines.append(f"- **{claim} lowers LR sensitivity: {label}.** Sensitivity on {sweep.metric} (the mean excess "
+                     f"over the best across the grid, diverged points at the size's cap), {claim} against neither: "
+                     f"{shown}; noise allowance ±{fixed(noise, 3)}.")  # fmt: skip
     costs = []
     for size in sizes:
         base = cells[(*BASELINE, size)].values(METRIC)
         for claim, variant in VARIANTS.items():
             c = paired_difference(cells[(*variant, size)].values(METRIC), base, MARGIN)
             costs.append((f"{claim} at {size}", c))
-    below = [c.ci_high < MARGIN for _, c in costs]
-    above = [c.ci_low > MARGIN for _, c in costs]
-    label = "reproduced" if all(below) else "not reproduced" if any(above) else "inconclusive"
+    label = rules.combine([rules.noninferior(c, MARGIN) for _, c in costs])
     shown = "; ".join(
         f"{name} {c.diff:+.3f} [{c.ci_low:+.3f}, {c.ci_high:+.3f}] (TOST ±{MARGIN}: p = {p_text(c.equivalence_p)})"
         for name, c in costs
     )
-    lines.append(f"- **Neither costs loss at its best rate: {label}.** {METRIC} − neither's, paired by seed, each "
-                 f"at its tuned lr: {shown}.")
-    return lines + ["", *mechanism_table(ledger, sizes)]
+    lines.append(
+        f"- **Neither costs loss at its best rate: {label}.** {METRIC} − neither's, paired by seed, each "
+        f"at its tuned lr: {shown}."
+    )
+    lines.append(f"- Noise allowance: {_noise_text(sweep)}")
+    return lines + ["", *mechanism_table(sweep.ledger, sizes)]
+
+
+def _allowance(sweep, cells, found, grid_points: int) -> float:
+    """Two standard deviations of a difference of two sensitivities (`decisions.sensitivity_allowance`), from
+    the search seeds' spread at each point; with one search seed, from the spread of the final runs' selection
+    metric, which are the chosen search point trained at other seeds (pooled over cells)."""
+    tune_seeds = len(sweep.info["tune"].get("seeds") or [0])
+    spread = rules.seed_spread(found[k].points[p] for k in found for p in found[k].points)
+    if not math.isfinite(spread):
+        spread = rules.seed_spread(list(c.values(sweep.metric).values()) for c in cells.values())
+        tune_seeds = 1
+    return rules.sensitivity_allowance(spread, tune_seeds, grid_points)
+
+
+def _noise_text(sweep) -> str:
+    seeds = sweep.info["tune"].get("seeds") or [0]
+    if len(seeds) > 1:
+        return f"from the {len(seeds)} search seeds' spread at each point (two standard deviations of a difference)."
+    return (
+        f"one search seed cannot estimate its own noise, so the spread of the final runs' {sweep.metric} (the "
+        "chosen point at other seeds, pooled over cells) stands in (two standard deviations of a difference)."
+    )
 
 
 def mechanism_table(ledger: Ledger, sizes: list[str]) -> list[str]:

@@ -16,19 +16,29 @@ SIZES = {"d64": 1e5, "d96": 3.3e5, "d128": 7.9e5, "d160": 1.5e6}
 NOISE = (-0.004, 0.001, 0.003)  # per seed, shared by every cell: the pairing removes it
 
 
-def write_ladder(out, values):
-    """values: (cell, size) -> {metric: value}; three seeds each, the same per-seed noise everywhere."""
+GRID = [1e-3, 2e-3, 4e-3]
+
+
+def write_ladder(out, values, at_edge=()):
+    """values: (cell, size) -> {metric: value}; three seeds each, the same per-seed noise everywhere; each
+    (cell, size) searched `GRID` and chose its middle, or its top for those in `at_edge` (unbracketed)."""
+    out.mkdir(parents=True, exist_ok=True)
     names = {f"{cell},size={size}": [cell, size] for cell, size in values}
     info = {"cells": [{"name": n, "overrides": {}} for n in names], "axes": [],
-            "ladder": {"sizes": [{"name": s, "overrides": {}} for s in SIZES], "cells": names}}  # fmt: skip
+            "ladder": {"sizes": [{"name": s, "overrides": {}} for s in SIZES], "cells": names},
+            "tune": {"grid": {"model.optim.lr": GRID}, "extend": 0, "metric": "val/loss", "seeds": [10]}}  # fmt: skip
     (out / "sweep.json").write_text(json.dumps(info))
-    ledger = Ledger(out / "results.csv")
+    ledger = Ledger(out / "results.csv", ("phase", "model.optim.lr"))
     for name, (cell, size) in names.items():
+        best = GRID[-1] if (cell, size) in at_edge else GRID[1]
+        for lr in GRID:
+            ledger.put({"cell": f"{name}~lr={lr}", "seed": "10", "status": "done", "phase": "search",
+                        "model.optim.lr": repr(lr), "val/loss": repr(2 + abs(lr - best))})  # fmt: skip
         for seed, noise in enumerate(NOISE):
             metrics = {m: repr(v + noise * (1 + 0.3 * seed * ("alibi" in cell or "glu" in cell)))
                        for m, v in values[(cell, size)].items()}  # fmt: skip
-            ledger.put({"cell": name, "seed": str(seed), "status": "done",
-                        "params_non_embedding": repr(SIZES[size])} | metrics)  # fmt: skip
+            ledger.put({"cell": name, "seed": str(seed), "status": "done", "phase": "final",
+                        "model.optim.lr": repr(best), "params_non_embedding": repr(SIZES[size])} | metrics)  # fmt: skip
     return out
 
 
@@ -56,7 +66,7 @@ def ffn_values(lead):
 def test_the_ffn_trend_is_labelled_by_the_stated_rule(tmp_path, lead, label, monkeypatch):
     monkeypatch.setattr(ladder_trend, "BOOTSTRAP", 500)
     lines = ffn.verdicts(write_ladder(tmp_path, ffn_values(lead)))
-    assert lines[0].startswith(f"- **The gated FFNs' lead {label} with size.**"), lines[0]
+    assert lines[0].startswith(f"- **The gated FFNs' lead with size: {label}.**"), lines[0]
     assert sum(line.startswith("| d") for line in lines) == 4
 
 
@@ -80,6 +90,23 @@ def test_the_extrapolation_checks_follow_the_stated_rule(tmp_path, monkeypatch):
     reverses = extrapolation_values(lambda size: 0.1 if size == "d160" else -0.25, alibi_rise=0.05)
     lines = extrapolation.verdicts(write_ladder(tmp_path, reverses))
     assert ": reverses at d160.**" in lines[0] and "does not hold" in lines[1]
+
+
+def test_an_unbracketed_cell_makes_its_size_and_the_trend_inconclusive_by_rule(tmp_path, monkeypatch):
+    """ReLU at d64 and ALiBi at d96 chose their grid's top: the sizes they enter, and every trend (which rests on
+    every size), are inconclusive by the bracketing rule; the bracketed sizes keep their reading."""
+    monkeypatch.setattr(ladder_trend, "BOOTSTRAP", 500)
+    lines = ffn.verdicts(write_ladder(tmp_path / "ffn", ffn_values(lambda n: -0.05), {("activation=relu", "d64")}))
+    assert lines[0].startswith("- **The gated FFNs' lead with size: inconclusive by the bracketing rule.** "
+                               "(unbracketed: activation=relu,size=d64 (lr))")  # fmt: skip
+    assert "present (CI below 0, bracketed) at 3 of 4 sizes" in lines[0]
+    assert "| d64 | 100,000 | " in lines[4] and lines[4].endswith("| no (unbracketed: activation=relu,size=d64 (lr)) |")
+    edge = {("pos_encoding=alibi", "d96")}
+    lines = extrapolation.verdicts(write_ladder(tmp_path / "ext", extrapolation_values(lambda size: -0.25), edge))
+    assert ": inconclusive by the bracketing rule at d96.**" in lines[0]
+    assert lines[1].startswith("- **ALiBi stays flat to 8×: inconclusive by the bracketing rule at d96**")
+    assert lines[2].endswith("; inconclusive by the bracketing rule (it rests on every size, †).")
+    assert lines[-1] == "† inconclusive by the bracketing rule (unbracketed: pos_encoding=alibi,size=d96 (lr))."
 
 
 def test_no_verdict_before_every_size_has_ended(tmp_path):

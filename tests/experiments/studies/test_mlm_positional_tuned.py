@@ -44,8 +44,15 @@ def test_learned_leaving_the_plateau_is_an_lr_artefact_and_the_table_rate_is_rea
     scale = write_sweep(tmp_path / "scale", {"learned": [1.90, 1.97, 1.93]}, {"learned": 1e-3},
                         keys=("model.optim.lr", "model.optim.positional_lr_scale"))  # fmt: skip
     lines = tuned_verdict.verdicts(tuned, scale)
+    # 1e-2 is the top of what learned searched: a better rate may lie beyond, so neither reading is drawn
+    assert lines[0].startswith("- **The learned-position plateau is inconclusive by the bracketing rule "
+                               "(unbracketed: pos_encoding=learned (lr)).**")  # fmt: skip
+    assert "lr 0.01 (unbracketed: model.optim.lr)" in lines[0]
+    assert lines[2].startswith("- **The plateau is inconclusive by the bracketing rule (unbracketed: "
+                               "pos_encoding=learned (tuned) (lr)).**")  # fmt: skip
+    tuned = write_sweep(tmp_path / "bracketed", left, {"learned": 3e-3, "none": 1e-3, "rope": 1e-3})
+    lines = tuned_verdict.verdicts(tuned, scale)
     assert lines[0].startswith("- **The learned-position plateau is an lr artefact.**")
-    assert "unbracketed: model.optim.lr" in lines[0]  # 1e-2 is the top of what it searched
     assert lines[2].startswith("- **The plateau is a step-size artefact of the table.**")
     assert "positional_lr_scale 0.001" in lines[2]
 

@@ -45,7 +45,7 @@ def test_each_comparison_is_labelled_by_the_stated_rule(tmp_path):
     table = rows(write_sweep(tmp_path))
     assert table["lora_r1 − full"].endswith("| worse |")
     assert table["adapter − full"].endswith("| matches |")
-    assert table["bitfit − full"].endswith("| better |")
+    assert table["bitfit − full"].endswith("| inconclusive by the bracketing rule |")  # its lr: the top searched
     assert table["head_only − full"].endswith("| inconclusive |")
     assert table["lora_r4 − lora_r16"].endswith("| matches |")  # equivalence first: below the margin is a match
     assert "| 0.03 vs 0.01 |" in table["lora_r1 − full"]
@@ -55,6 +55,21 @@ def test_a_choice_at_the_searched_edge_is_flagged(tmp_path):
     table = rows(write_sweep(tmp_path))  # bitfit chose 0.1, the highest value searched
     assert "(unbracketed: bitfit)" in table["bitfit − full"]
     assert "unbracketed" not in table["adapter − full"]
+
+
+def test_a_method_at_the_pre_trained_loss_is_inconclusive_by_the_floor_rule(tmp_path, monkeypatch):
+    """A fine-tune whose test loss never left the pre-trained model's (`STARTS`) learned nothing: comparing it
+    says nothing about the method, so its comparisons are inconclusive by the floor rule, the others unchanged."""
+    out = write_sweep(tmp_path)
+    info = json.loads((out / "sweep.json").read_text()) | {"spec": "experiments/studies/peft/peft_bert_tuned.yaml"}
+    (out / "sweep.json").write_text(json.dumps(info))
+    monkeypatch.setitem(tuned_verdict.STARTS, "peft_bert_tuned.yaml", 2.31)  # lora_r1, r4, r16 sit at it
+    table = rows(out)
+    assert table["lora_r4 − lora_r16"].endswith("| inconclusive by the floor rule |")
+    assert table["lora_r4 − full"].endswith("| inconclusive by the floor rule |")
+    assert table["adapter − full"].endswith("| matches |")
+    assert "2.326 ± 0.024 (floor)" in table["lora_r4"]
+    assert "(floor)" not in table["adapter"]
 
 
 def test_no_verdict_before_the_final_runs(tmp_path):

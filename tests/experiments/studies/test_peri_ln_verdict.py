@@ -11,17 +11,34 @@ DEPTHS = ("L4", "L8")
 NOISE = (0.0, 0.01, -0.01)
 
 
-def write_sweep(out, loss: dict, growth: dict, spikes: dict | None = None, placements=verdict.PLACEMENTS):
-    """Final runs only (the verdict reads them): each (placement, depth)'s test/loss, growth and spike count."""
+GRID = [1e-3, 2e-3, 4e-3]
+
+
+def write_sweep(out, loss: dict, growth: dict, spikes: dict | None = None, placements=verdict.PLACEMENTS, at_edge=()):
+    """Each (placement, depth)'s search over `GRID` (its best the middle, or the top for those in `at_edge`:
+    unbracketed), and its final runs' test/loss, growth and spike count."""
     out.mkdir(exist_ok=True)
     names = [f"norm_placement={p},size={d}" for d in DEPTHS for p in placements]
-    (out / "sweep.json").write_text(json.dumps({"cells": [{"name": n, "overrides": {}} for n in names]}))
-    ledger = Ledger(out / "results.csv")
+    tune = {"grid": {"model.optim.lr": GRID}, "extend": 0, "metric": "val/loss", "seeds": [10]}
+    (out / "sweep.json").write_text(json.dumps({"cells": [{"name": n, "overrides": {}} for n in names], "tune": tune}))
+    ledger = Ledger(out / "results.csv", ("phase", "model.optim.lr"))
     for d in DEPTHS:
         for p in placements:
+            best = GRID[-1] if (p, d) in at_edge else GRID[1]
+            for lr in GRID:
+                ledger.put(
+                    {
+                        "cell": f"norm_placement={p},size={d}~lr={lr}",
+                        "seed": "10",
+                        "status": "done",
+                        "phase": "search",
+                        "model.optim.lr": repr(lr),
+                        "val/loss": repr(2 + abs(lr - best)),
+                    }
+                )
             for seed, noise in enumerate(NOISE):
                 ledger.put({"cell": f"norm_placement={p},size={d}", "seed": str(seed), "status": "done",
-                            "model.optim.lr": "0.002", "test/loss": repr(loss[p] + noise),
+                            "phase": "final", "model.optim.lr": repr(best), "test/loss": repr(loss[p] + noise),
                             "diagnostics/residual_growth": repr(growth[p] + noise),
                             "loss_spikes": str((spikes or {}).get((p, d), 0))})  # fmt: skip
     return out
@@ -52,6 +69,22 @@ def test_without_spikes_and_with_a_peri_loss_the_labels_follow(tmp_path):
     lines = verdict.verdicts(write_sweep(tmp_path, LOSS | {"peri": 1.70}, GROWTH))
     assert lines[0].startswith("- **Peri-LN beats Pre-LN: not reproduced.**")
     assert lines[2].startswith("- **Pre-LN spikes more: inconclusive.**")  # neither spikes
+
+
+def test_an_unbracketed_pre_ln_makes_every_claim_against_it_inconclusive_by_rule(tmp_path):
+    """Pre-LN chose its grid's top at both depths: a better Pre-LN rate may lie beyond, so "Peri-LN beats Pre-LN"
+    is inconclusive by the bracketing rule though its CIs lie below 0; the other placements' lines say so too."""
+    edge = {("pre", "L4"), ("pre", "L8")}
+    lines = verdict.verdicts(write_sweep(tmp_path, LOSS, GROWTH, {("pre", "L4"): 1, ("pre", "L8"): 2}, at_edge=edge))
+    assert lines[0].startswith("- **Peri-LN beats Pre-LN: inconclusive by the bracketing rule.** (unbracketed: "
+                               "pre@L4 (lr), pre@L8 (lr))")  # fmt: skip
+    assert lines[1].startswith("- **Peri-LN keeps the residual stream from growing with depth: inconclusive by the "
+                               "bracketing rule.**")  # fmt: skip
+    assert lines[2].startswith("- **Pre-LN spikes more: inconclusive by the bracketing rule.**")
+    assert "(unbracketed: pre@L8 (lr))." in lines[3]  # post − Pre, not a claim, flagged
+    lines = verdict.verdicts(write_sweep(tmp_path, LOSS, GROWTH, at_edge={("pre", "L4")}))
+    assert lines[0].startswith("- **Peri-LN beats Pre-LN: inconclusive by the bracketing rule.** (unbracketed: "
+                               "pre@L4 (lr))")  # L8 alone reproduces; the claim needs both depths  # fmt: skip
 
 
 def test_no_verdict_before_the_final_runs(tmp_path):

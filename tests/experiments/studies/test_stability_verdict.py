@@ -35,8 +35,9 @@ def write_sweep(out, fails_above: dict, final_shift: dict):
                             "diagnostics/attn_max_logit": repr(10 * lr if qk == "none" else 2.0),
                             "diagnostics/log_z": "4.2"})  # fmt: skip
             for seed, noise in enumerate((0.0, 0.004, -0.004)):
+                shown = repr(1.5 + final_shift.get((qk, z), 0) + noise)
                 ledger.put({"cell": cell, "seed": str(seed), "status": "done", "phase": "final",
-                            "model.optim.lr": "0.01", "test/loss": repr(1.5 + final_shift.get((qk, z), 0) + noise)})
+                            "model.optim.lr": "0.01", "test/loss": shown, "val/loss": shown})  # fmt: skip
     return out
 
 
@@ -49,6 +50,17 @@ def test_each_claim_is_labelled_by_the_stated_rule(tmp_path):
     assert lines[2].startswith("- **Neither costs loss at its best rate: reproduced.**")
     table = "\n".join(lines[4:])
     assert "| d64 | none | 0.0 | attn_max_logit | 0.01 | 0.03 | 0.10 | 0.30† | 1.00† | 3.00† |" in table
+
+
+def test_a_sensitivity_difference_within_the_noise_is_inconclusive(tmp_path, monkeypatch):
+    """z-loss's sensitivity a hair above the baseline's is not evidence that it does not lower it when the seeds'
+    noise is larger than the gap: inconclusive, where the pre-registered "≥ baseline" alone said not reproduced."""
+    fails = {("none", "0.0"): 1e-2, ("none", "0.0001"): 1e-2}
+    quiet = verdict.verdicts(write_sweep(tmp_path, fails, {}))
+    assert quiet[1].startswith("- **z-loss lowers LR sensitivity: not reproduced.**")  # equal, beyond the noise of 0.9×
+    monkeypatch.setattr(verdict.rules, "sensitivity_allowance", lambda spread, seeds, points: 0.5)
+    noisy = verdict.verdicts(write_sweep(tmp_path, fails, {}))
+    assert noisy[1].startswith("- **z-loss lowers LR sensitivity: inconclusive.**") and "±0.500" in noisy[1]
 
 
 def test_a_cost_at_the_best_rate_is_not_reproduced(tmp_path):

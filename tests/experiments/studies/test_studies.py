@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from experiments.analysis import decisions
 from experiments.records.layout import SWEEP_INFO
 from experiments.sweep import run_sweep
 from experiments.sweep.same_sweep import RESOLVED, check_same_sweep
@@ -151,8 +152,11 @@ def test_readme_links_resolve():
     assert not broken, "broken links:\n" + "\n".join(broken)
 
 
-# experiments/README.md, "Verdicts": the one vocabulary every reproduction states its verdicts in
-VERDICTS = {"reproduced", "partly reproduced", "not reproduced", "inconclusive"}
+# experiments/README.md, "Verdicts": the one vocabulary every reproduction states its verdicts in, with the decision
+# library's guarded inconclusives ("inconclusive by the bracketing rule")
+VERDICTS = {"reproduced", "partly reproduced", "not reproduced", "inconclusive"} | {
+    f"inconclusive by the {rule} rule" for rule in decisions.PREFIX
+}
 
 
 @pytest.mark.parametrize("study", STUDIES, ids=lambda p: p.name)
@@ -165,7 +169,7 @@ def test_readme_states_a_verdict_and_what_would_change_it(study):
         f"{study.name}/README.md does not open with a 'Verdict:' paragraph under its title"
     )
     for verdict in verdicts:
-        labels = [label.lower() for label in re.findall(r"\*\*([^*]+)\*\*", verdict)]
+        labels = [" ".join(label.lower().split()) for label in re.findall(r"\*\*([^*]+)\*\*", verdict)]
         assert labels, f"{study.name}: a verdict paragraph bolds no verdict: {verdict[:80]!r}"
         unknown = sorted(set(labels) - VERDICTS)
         assert not unknown, f"{study.name}: verdict(s) {unknown} not in {sorted(VERDICTS)}"

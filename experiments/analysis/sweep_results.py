@@ -1,0 +1,75 @@
+"""A committed sweep folder as a verdict reads it: its cells' final runs, and for a tuned sweep each cell's
+search and which tuned keys it left unbracketed. The one loading step every study's verdict script shares."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Callable, Hashable, Iterable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from experiments.analysis.comparison import CellResult, analyse
+from experiments.analysis.tuning_report import CellSearch, counterparts, searches
+from experiments.records.layout import LEDGER_NAME, SWEEP_INFO
+from experiments.records.ledger import Ledger
+
+
+@dataclass
+class SweepResults:
+    """Args:
+    dir: the sweep folder.
+    info: its `sweep.json`.
+    ledger: its `results.csv`.
+    cells: cell name -> its final runs and statistics (`comparison.analyse`).
+    keys: the tuned keys ([] for a sweep without `tune:`).
+    metric: the selection metric of the search (None without `tune:`).
+    searches: cell name -> its search points and chosen values.
+    """
+
+    dir: Path
+    info: dict[str, Any]
+    ledger: Ledger
+    cells: dict[str, CellResult]
+    keys: list[str] = field(default_factory=list)
+    metric: str | None = None
+    searches: dict[str, CellSearch] = field(default_factory=dict)
+
+    def unbracketed(self) -> dict[str, list[str]]:
+        """cell -> the tuned keys it left at an end of its search; a cell that ran at another cell's choice
+        (`tune.search_on`) inherits that cell's."""
+        if not self.keys:
+            return {}
+        out = {name: search.unbracketed(self.keys) for name, search in self.searches.items()}
+        for cell, source in self.shared().items():
+            out[cell] = out.get(source, [])
+        return {name: keys for name, keys in out.items() if keys}
+
+    def missing(self, names: Iterable[str], metric: str) -> list[str]:
+        """The cells among `names` without a finished final run recording `metric` (their verdict waits)."""
+        return [name for name in names if name not in self.cells or not self.cells[name].values(metric)]
+
+    def keyed(self, key: Callable[[str], Hashable]) -> dict[Any, CellResult]:
+        """The cells under a study's own key (`dyt-a0.5,size=d64` -> ("dyt-a0.5", "d64"))."""
+        return {key(name): cell for name, cell in self.cells.items()}
+
+    def shared(self) -> dict[str, str]:
+        """With `tune.search_on`: each cell that did not search -> the cell whose search chose its point."""
+        return counterparts(self.info) if self.keys and self.info["tune"].get("search_on") else {}
+
+    def chosen(self, name: str) -> tuple[float, ...] | None:
+        """The values the cell's final runs used (its counterpart's with `tune.search_on`)."""
+        source = self.shared().get(name, name)
+        search = self.searches.get(source)
+        return search.chosen if search else None
+
+
+def load(sweep_dir: Path) -> SweepResults:
+    """Reads a sweep folder's `sweep.json` and ledger; a tuned sweep's searches too."""
+    info = json.loads((sweep_dir / SWEEP_INFO).read_text())
+    ledger = Ledger(sweep_dir / LEDGER_NAME)
+    cells = {c.name: c for c in analyse(ledger, info).cells}
+    if not (info.get("tune") or {}).get("grid"):
+        return SweepResults(sweep_dir, info, ledger, cells)
+    keys, metric, found = searches(ledger, info)
+    return SweepResults(sweep_dir, info, ledger, cells, keys, metric, found)

@@ -1,0 +1,59 @@
+"""A README's list of unbracketed cells is its ledger's (issue 49, part 5): the cells whose tuned learning rate
+sits at an end of what their search tried (`CellSearch.unbracketed`), where a better value may lie beyond and every
+comparison touching them is inconclusive by the bracketing rule. Each README that reports such a sweep states the
+list as `Unbracketed in `FOLDER`: `cell`, ...` (or `none`), and the studies index spells the ladders' lists in
+words; both are recomputed here from the committed ledgers, beside `test_readme_figures.py`'s figures."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from experiments.analysis.sweep_results import load
+
+ROOT = Path(__file__).resolve().parents[3]
+STUDIES = ROOT / "experiments" / "studies"
+
+# study -> its tuned sweep folders whose unbracketed cells its README lists
+UNBRACKETED = {
+    "dyt": ("dyt_gpt", "dyt_vit", "dyt_vit_wide"),
+    "extrapolation": ("extrapolation_ladder",),
+    "ffn_norm": ("ffn_norm_ladder",),
+    "peri_ln": ("peri_ln", "peri_ln_embedding_norm", "peri_ln_reordered_qk_norm"),
+}
+
+
+def normalized(text: str) -> str:
+    """Markdown as it reads: bold markers dropped, every run of whitespace (a wrapped line) one space."""
+    return " ".join(text.replace("**", "").split())
+
+
+def listed(study: str, folder: str) -> str:
+    """The README's sentence for one sweep folder, spelled from its ledger."""
+    cells = load(STUDIES / study / "results" / folder).unbracketed()
+    return f"Unbracketed in `{folder}`: " + (", ".join(f"`{cell}`" for cell in cells) or "none") + "."
+
+
+@pytest.mark.parametrize("study", sorted(UNBRACKETED))
+def test_readme_lists_its_unbracketed_cells(study):
+    text = normalized((STUDIES / study / "README.md").read_text())
+    missing = [line for folder in UNBRACKETED[study] if normalized(line := listed(study, folder)) not in text]
+    assert not missing, f"{study}/README.md does not list its ledger's unbracketed cells as:\n" + "\n".join(missing)
+
+
+def in_words(study: str, folder: str, axis: str, labels: dict[str, str]) -> str:
+    """A ladder's unbracketed cells by scheme: `RoPE at d 64, d 96 and ALiBi at d 64, d 96, d 128`."""
+    sizes: dict[str, list[str]] = {}
+    for cell in load(STUDIES / study / "results" / folder).unbracketed():
+        parts = dict(part.split("=", 1) for part in cell.split(","))
+        sizes.setdefault(parts[axis], []).append(parts["size"].replace("d", "d ", 1))
+    return " and ".join(f"{labels[k]} at {', '.join(sizes[k])}" for k in labels if k in sizes)
+
+
+def test_the_index_spells_the_extrapolation_ladders_unbracketed_cells():
+    """The index row once omitted ALiBi at d 128; it is the ledger's list now."""
+    words = in_words("extrapolation", "extrapolation_ladder", "pos_encoding", {"rope": "RoPE", "alibi": "ALiBi"})
+    assert words == "RoPE at d 64, d 96 and ALiBi at d 64, d 96, d 128"
+    index = normalized((ROOT / "experiments" / "README.md").read_text())
+    assert f"learning rates unbracketed for {words}," in index
