@@ -2,8 +2,8 @@
 them, its learning-rate sensitivity, and the sensitivity curves (the selection metric against each tuned key).
 
 Everything is read from the ledger's search rows (`phase: search`, one cell `<cell>~<point>` per point):
-a cell's chosen value of a key sits at an end of the values it searched only when the search's cap
-stopped it (`experiments.sweep.tuning`), so `unbracketed` needs no record of the engine's own.
+the keys a cell's search left open are those its final runs record (`unbracketed`, the engine's rule in
+`experiments.sweep.tuning`); a ledger from before that column is read by its edges.
 
 Learning-rate sensitivity (Wortsman et al. 2023, "Small-scale proxies for large-scale Transformer
 training instabilities", §2): the mean over the initial grid (the range every cell searched) of
@@ -107,6 +107,17 @@ def sensitivity(search: CellSearch, grid: list[tuple[float, ...]], cap: float, h
     return sum(c - best for c in capped) / len(capped)
 
 
+def seed_range(search: CellSearch, grid: list[tuple[float, ...]], cap: float, higher: bool) -> str:
+    """` (seeds a–b)`: the sensitivity of each tune seed's own search, lowest and highest, when the search ran
+    several seeds (a sensitivity claim needs its noise); '' with one."""
+    seeds = min((len(v) for v in search.points.values()), default=0)
+    if seeds < 2:
+        return ""
+    each = [sensitivity(CellSearch(search.cell, {p: [v[k]] for p, v in search.points.items()}), grid, cap, higher)
+            for k in range(seeds)]  # fmt: skip
+    return f" (seeds {fixed(min(each))}–{fixed(max(each))})"
+
+
 def initial_grid(info: dict[str, Any], keys: list[str]) -> list[tuple[float, ...]]:
     """Every point of the initial grid (the range every cell searched), from `sweep.json`'s `tune`."""
     return list(itertools.product(*([float(v) for v in info["tune"]["grid"][k]] for k in keys)))
@@ -136,7 +147,7 @@ def tuning_section(out_dir: Path, ledger: Ledger, info: dict[str, Any]) -> tuple
         bracketed = "search not finished" if search.chosen is None else (
             f"**unbracketed** ({', '.join(unbracketed)})" if unbracketed else "yes"
         )
-        spread = fixed(sensitivity(search, grid, cap, higher))
+        spread = fixed(sensitivity(search, grid, cap, higher)) + seed_range(search, grid, cap, higher)
         if search.cell in shared:  # `tune.search_on`: it ran at the point its counterpart's search chose
             points, at_chosen, spread, bracketed = f"on `{shared[search.cell]}`", "—", "—", "—"
         row = [f"`{search.cell}`", *chosen, points, at_chosen, spread, bracketed]
@@ -148,12 +159,14 @@ def tuning_section(out_dir: Path, ledger: Ledger, info: dict[str, Any]) -> tuple
         f"Each cell at its own values of {', '.join(f'`{k}`' for k in keys)}, selected on `{metric}` (mean over "
         f"tune seeds {seeds}); the cells are compared above on the test split at those values. Initial grid: "
         + "; ".join(f"`{k}` {[float(v) for v in info['tune']['grid'][k]]}" for k in keys)
-        + f", extended at most {info['tune'].get('extend')} step(s) past either end while the best was at one"
+        + f", extended at most {info['tune'].get('extend')} step(s) past either end while that end was open"
         + (shared_rule if search_on else "")
-        + ". *Unbracketed*: the chosen value is the lowest or highest searched, where the cap stopped the search: "
-        "a better value may lie beyond. *Sensitivity* (learning-rate sensitivity, Wortsman et al. 2023): the mean "
+        + ". *Unbracketed*: the search's cap stopped it with an end still open (the chosen value at it, or the "
+        "value there no worse than its neighbour): a better value may lie beyond, and a comparison touching the "
+        "cell is inconclusive by rule. *Sensitivity* (learning-rate sensitivity, Wortsman et al. 2023): the mean "
         f"over the initial grid of min({metric}, cap) − the cell's best, cap = {fixed(cap)} (the worst finite value "
-        "any cell reached; a diverged point counts as the cap); 0: equally good across the range.",
+        "any cell reached; a diverged point counts as the cap); 0: equally good across the range; with several "
+        "tune seeds, the range of each seed's own sensitivity follows.",
         "\n".join(lines),
     ]
     figures = []

@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from experiments.analysis.tuning_report import CellSearch, counterparts, sensitivity, tuning_section
+from experiments.analysis.tuning_report import CellSearch, counterparts, seed_range, sensitivity, tuning_section
 from experiments.records.ledger import Ledger
 
 GRID = [(1e-3,), (3e-3,), (1e-2,)]
@@ -63,3 +63,11 @@ def test_a_cell_that_shared_a_search_names_its_counterpart(tmp_path):
     assert rows["| `split=length`"] == "| `split=length` | 0.003 | on `split=simple` | — | — | — |"
     assert rows["| `split=simple`"].endswith("| yes |")
     assert "only the cells with {'data.split': 'simple'} searched" in text
+
+
+def test_several_tune_seeds_give_the_sensitivity_a_range():
+    one = CellSearch("a", {p: [v] for p, v in zip(GRID, (1.2, 1.0, 1.3))}, chosen=(3e-3,))
+    two = CellSearch("a", {p: [v, v + d] for p, v, d in zip(GRID, (1.2, 1.0, 1.3), (0.3, 0.0, -0.2))}, chosen=(3e-3,))
+    assert seed_range(one, GRID, 2.0, False) == ""  # one seed cannot say how noisy its sensitivity is
+    # seed 0: mean of (0.2, 0, 0.3) = 0.1667; seed 1: (0.5, 0, 0.1) = 0.2
+    assert seed_range(two, GRID, 2.0, False) == " (seeds 0.1667–0.2000)"
