@@ -29,7 +29,7 @@ torch.set_flush_denormal(True)
 # Lightning 2.6's pytree helper still calls torch's deprecated `isinstance(treespec, LeafSpec)`.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
 
-from lit_modules.cli import cli_main  # noqa: E402  (after the flush: importing Lightning starts the pool)
+from lit_modules.suite_cli import cli_main  # noqa: E402  (after the flush: importing Lightning starts the pool)
 
 TOOLS = {
     "sweep": "tools.sweep",

@@ -35,7 +35,7 @@ class RunRecordError(ValueError):
 
 @dataclass(frozen=True)
 class ProbeHeadlines:
-    """The last diagnostics probe's headlines (`lit_modules.diagnostics.Diagnostics`); a model without the
+    """The last diagnostics probe's headlines (`lit_modules.diagnostics_callbacks.Diagnostics`); a model without the
     probed part (no attention) lacks its values."""
 
     step: int

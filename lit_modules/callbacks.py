@@ -18,8 +18,8 @@ from contract.git import git_commit
 from contract.run_folder import DIVERGED, DONE, RUNNING, SWEEP_DIR_VAR, TEST_STAGE
 from contract.run_record import RunRecord, TestRecord, read_run_record
 
-from .run_folder import evaluated_run, run_dir
 from .tokenizer_check import check_tokenizer
+from .trainer_paths import evaluated_run, run_dir
 
 PACKAGES = ("torch", "torchvision", "lightning", "torchmetrics", "jsonargparse", "tokenizers", "tensorboard")
 

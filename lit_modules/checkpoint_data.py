@@ -10,8 +10,8 @@ from typing import Any
 from contract.errors import ConfigError
 from contract.run_folder import TOKENIZER_FILE
 
-from .run_folder import evaluated_run
 from .tokenizer_check import check_tokenizer
+from .trainer_paths import evaluated_run
 
 
 def data_info_changes(trained: dict[str, Any], now: dict[str, Any]) -> list[str]:

@@ -22,7 +22,7 @@ from lightning.pytorch.callbacks import BasePredictionWriter
 from contract.files import write_atomic
 from models.config import ConfigError
 
-from .run_folder import run_folder
+from .trainer_paths import run_folder
 
 PREDICTIONS_FILE = "predictions.jsonl"
 

@@ -1,7 +1,7 @@
 """Progress as plain lines, for logs and pipes: one line per validation instead of a live bar.
 
 A live progress bar redraws itself with carriage returns and escape sequences; in a file (a sweep's
-`run.log`, a SLURM log, `cli.py fit ... > log`) that is thousands of partial lines. `lit_modules.cli`
+`run.log`, a SLURM log, `cli.py fit ... > log`) that is thousands of partial lines. `lit_modules.suite_cli`
 uses `LineProgress` instead when stdout is not a terminal, or when `SUITE_PROGRESS=lines` (what
 the sweep sets for its runs); `SUITE_PROGRESS=bar` keeps the bar.
 

@@ -102,7 +102,7 @@ class Attention(nn.Module):
         self.dropout = cfg.dropout
         self.bias_backward = cfg.bias_backward
         self.attn_softcap = cfg.attn_softcap
-        # set by `models.diagnostics.Probe` while it records: called with (self, q, k, mask, is_causal)
+        # set by `models.probes.Probe` while it records: called with (self, q, k, mask, is_causal)
         self.probe: Callable[..., None] | None = None
 
     def _blockwise(self, mask: Tensor | ScoreMask | None, dropout: float) -> bool:

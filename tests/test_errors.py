@@ -83,9 +83,9 @@ def test_bad_input_says_what_to_do_in_two_lines(argv, expected, capsys):
 )  # fmt: skip
 def test_a_value_constraint_is_checked_where_the_config_is_parsed(value, expected, capsys, monkeypatch):
     """Refused by the parser, before any DataModule or model is built (no model summary printed first)."""
-    import lit_modules.cli
+    import lit_modules.suite_cli
 
-    monkeypatch.setattr(lit_modules.cli.SuiteCLI, "instantiate_classes", lambda self: pytest.fail("built"))
+    monkeypatch.setattr(lit_modules.suite_cli.SuiteCLI, "instantiate_classes", lambda self: pytest.fail("built"))
     assert error_lines(["fit", *GPT, "--data.batch_size", value], capsys)[1] == expected
     assert error_lines(["fit", *GPT, "--data.num_workers", "-1"], capsys)[1] == (
         "error: data.num_workers: -1 must be 0 or more"
@@ -104,9 +104,9 @@ def _not_a_checkpoint(tmp_path: Path) -> Path:
 def test_a_checkpoint_that_is_missing_a_folder_or_not_a_checkpoint_is_one_line(
     subcommand, key, tmp_path, capsys, monkeypatch
 ):
-    import lit_modules.cli
+    import lit_modules.suite_cli
 
-    monkeypatch.setattr(lit_modules.cli.SuiteCLI, "instantiate_classes", lambda self: pytest.fail("built"))
+    monkeypatch.setattr(lit_modules.suite_cli.SuiteCLI, "instantiate_classes", lambda self: pytest.fail("built"))
     name = key.lstrip("-")
     missing = error_lines([subcommand, *GPT, key, str(tmp_path / "nope.ckpt")], capsys)[1]
     assert missing == f"error: {name}: {tmp_path / 'nope.ckpt'} does not exist; give a checkpoint: a run's " + (

@@ -37,7 +37,7 @@ def test_a_missing_linter_fails_rather_than_skips(monkeypatch):
         "contract.git",
         "contract.metrics",
         "experiments.records.ledger",
-        "experiments.analysis.report",  # `cli.py report` reads a sweep without Lightning
+        "experiments.analysis.sweep_report",  # `cli.py report` reads a sweep without Lightning
         "experiments.sweep.task",  # a scheduler job, until it becomes a run
         "experiments.sweep.launchers",
         "tools.report",

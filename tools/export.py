@@ -2,7 +2,7 @@
 
     python cli.py export --config RUN/config.yaml --ckpt_path RUN/checkpoints/X.ckpt --out DIR [--format suite]
 
-The run's task module and DataModule are rebuilt from its `config.yaml` (`lit_modules.export.build_run`);
+The run's task module and DataModule are rebuilt from its `config.yaml` (`lit_modules.rebuilt_run.build_run`);
 the checkpoint's weights are loaded into it with `weights_only=True` (tensors and plain containers, never
 code); `models.interop.to_reference` makes the reference model, and it is written with transformers'
 `save_pretrained` or timm's `save_for_hf` (safetensors weights and timm's config.json), so it opens
@@ -11,7 +11,7 @@ Not written: the tokenizer (the suite's vocabulary is its DataModule's).
 
 A LoRA run is exported with its updates merged into the base weights (exact up to float rounding), so
 either format is a plain model. `--format suite` writes the suite's own plain model instead
-(`DIR/model.pt`: `{"state_dict", "arch"}`, `lit_modules.export.export_merged`), which loads with
+(`DIR/model.pt`: `{"state_dict", "arch"}`, `lit_modules.rebuilt_run.export_merged`), which loads with
 `--model.init_from DIR/model.pt` into a run of the same architecture without PEFT. Adapters cannot merge
 (a nonlinear bottleneck), so an adapter run exports in neither format.
 
@@ -32,7 +32,7 @@ from pathlib import Path
 import torch
 
 from contract.errors import ConfigError
-from lit_modules.export import build_run, export_merged, load_weights, reference_model, write_reference
+from lit_modules.rebuilt_run import build_run, export_merged, load_weights, reference_model, write_reference
 from models.finetune import check_checkpoint_file
 
 SUITE_MODEL_FILE = "model.pt"

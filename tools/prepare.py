@@ -13,8 +13,8 @@ import sys
 import time
 import warnings
 
-from lit_modules.cli import LIGHTNING_LOGGERS, SuiteCLI, cli_main
-from lit_modules.errors import INSTANTIATION_ERRORS, as_config_error
+from lit_modules.config_messages import INSTANTIATION_ERRORS, as_config_error
+from lit_modules.suite_cli import LIGHTNING_LOGGERS, SuiteCLI, cli_main
 
 
 class PrepareCLI(SuiteCLI):

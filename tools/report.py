@@ -1,11 +1,11 @@
-"""`python cli.py report DIR`: a sweep's report, from its ledger and event files (`experiments.analysis.report`)."""
+"""`python cli.py report DIR`: a sweep's report from its ledger and events (`experiments.analysis.sweep_report`)."""
 
 from __future__ import annotations
 
 import argparse
 from pathlib import Path
 
-from experiments.analysis.report import build_report
+from experiments.analysis.sweep_report import build_report
 from experiments.records.layout import LEDGER_NAME, REPORT_NAME, SUMMARY_DIR
 
 

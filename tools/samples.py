@@ -21,8 +21,8 @@ from typing import Any
 
 from contract.run_folder import CONFIG_FILE, last_checkpoint
 from experiments.records.layout import SWEEP_INFO
-from lit_modules.cli import cli_main
 from lit_modules.prediction_writer import PREDICTIONS_FILE, short
+from lit_modules.suite_cli import cli_main
 
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
 

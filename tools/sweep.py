@@ -3,7 +3,7 @@
 
 Runs a spec (see `experiments.sweep.spec`) with the engine (`experiments.sweep.run_sweep`: every run an ordinary
 `cli.py fit`, checked before the first starts, resumed where cut, `DIR/results.csv` kept), then prints the
-report (`experiments.analysis.report`): this tool, above both, composes them. A dirty git tree is named at
+report (`experiments.analysis.sweep_report`): this tool, above both, composes them. A dirty git tree is named at
 start and its patch kept with every run; a spec with `require_clean: true` refuses it.
 
 Exit status: the number of failed runs (0 when every run is done or diverged, or left to another
@@ -16,7 +16,7 @@ import argparse
 import sys
 from pathlib import Path
 
-from experiments.analysis.report import build_report
+from experiments.analysis.sweep_report import build_report
 from experiments.records.layout import REPORT_NAME, SUMMARY_DIR
 from experiments.sweep import SpecError, SweepOutcome, plan_sweep
 from experiments.sweep.launchers import LAUNCHERS

@@ -1,4 +1,4 @@
-"""The training diagnostics' cost: how much a probed step (`lit_modules.diagnostics.Diagnostics`) takes beyond
+"""The training diagnostics' cost: how much a probed step (`lit_modules.diagnostics_callbacks.Diagnostics`) takes beyond
 an unprobed one, and what that costs at the default period.
 
 One `CausalLM` run under a `Trainer` configured as the suite's runs are (TensorBoard, DivergenceGuard,
@@ -31,8 +31,8 @@ def run(ctx: Context) -> Section:
 
     from datamodules.text import TextDataModule
     from lit_modules import CausalLM, DivergenceGuard, OptimConfig, RunMetadata
-    from lit_modules.cli import describe_data
-    from lit_modules.diagnostics import Diagnostics, LossSpikes
+    from lit_modules.diagnostics_callbacks import Diagnostics, LossSpikes
+    from lit_modules.suite_cli import describe_data
 
     s = ctx.settings
     section = Section("diagnostics", "Training diagnostics: the cost of a probed step")

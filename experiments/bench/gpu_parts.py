@@ -247,7 +247,7 @@ def ladder(check: Check, out_dir: Path, seconds_left: float | None = None) -> di
     run once on this device: its results as data (each cell's loss and parameters per size, each size's ranking)
     and its report beside the check's files; the sweep folder is a temporary one (a device call brings back a few
     files, not a sweep). With `seconds_left`, an alarm stops it there (the check's budget)."""
-    from experiments.analysis.report import build_report, ladder_results
+    from experiments.analysis.sweep_report import build_report, ladder_results
     from experiments.sweep import run_sweep
 
     sizes = [(64, 2), (128, 4), (256, 8)] if not check.dry else [(16, 2), (24, 2), (32, 2)]

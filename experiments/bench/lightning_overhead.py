@@ -35,7 +35,7 @@ def run(ctx: Context) -> Section:
 
     from datamodules.text import TextDataModule
     from lit_modules import CausalLM, DivergenceGuard, OptimConfig, RunMetadata
-    from lit_modules.cli import describe_data
+    from lit_modules.suite_cli import describe_data
 
     s = ctx.settings
     section = Section("lightning", "Lightning overhead (CausalLM + Trainer vs a plain loop)")

@@ -14,7 +14,7 @@ from typing import Any
 
 _WHERE = {
     "run_sweep": "engine", "plan_sweep": "engine", "SweepOutcome": "engine", "SweepPlan": "engine",
-    "UNRECORDED": "engine", "Spec": "spec", "load_spec": "spec", "SpecError": "errors",
+    "UNRECORDED": "engine", "Spec": "spec", "load_spec": "spec", "SpecError": "spec_error",
 }  # fmt: skip
 __all__ = sorted(_WHERE)
 

@@ -3,7 +3,7 @@ the git tree, runs what the sweep still needs (a tuned sweep round after round, 
 run not yet launched) and returns what happened (`SweepOutcome`). `plan_sweep` stops before running: its
 `SweepPlan` lists the runs and their shell lines (`--dry-run`).
 
-The engine does not report: the analysis reads the ledger it leaves (`experiments.analysis.report`), and the
+The engine does not report: the analysis reads the ledger it leaves (`experiments.analysis.sweep_report`), and the
 tool above both (`tools/sweep.py`) composes them.
 """
 

@@ -19,7 +19,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Protocol, TypeVar
 
-from experiments.sweep.errors import SpecError
+from experiments.sweep.spec_error import SpecError
 
 SIZE_LABEL = "size"  # a ladder cell's name: `<cell>,size=<rung>`
 MIN_RUNGS = 2

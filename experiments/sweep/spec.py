@@ -34,10 +34,10 @@ from typing import Any
 
 from experiments.records.layout import SUMMARY_DIR
 from experiments.records.ledger import PHASE_COLUMN
-from experiments.sweep.errors import SpecError
 from experiments.sweep.ladder import Ladder, climb, ladder_baseline, parse_ladder
 from experiments.sweep.spec_blocks import LauncherOptions, Pretrained, ReportOptions
 from experiments.sweep.spec_cells import Cell, Overrides, baseline_name, check_names, expand, overrides, seed_list
+from experiments.sweep.spec_error import SpecError
 from experiments.sweep.spec_source import Lines, Located, known_keys, read_located
 from experiments.sweep.tuning import TUNE_KEYS, Tune, TuneError, check_search_on, parse_tune
 

@@ -9,8 +9,8 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
-from experiments.sweep.errors import SpecError
 from experiments.sweep.spec_cells import Value
+from experiments.sweep.spec_error import SpecError
 from experiments.sweep.spec_source import Lines, Located, known_keys
 
 

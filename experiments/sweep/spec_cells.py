@@ -10,7 +10,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from experiments.records.values import format_value
-from experiments.sweep.errors import SpecError
+from experiments.sweep.spec_error import SpecError
 
 # a value YAML gives a config key: what `--key=value` on the command line can carry
 Value = str | int | float | bool | None | list["Value"] | dict[str, "Value"]

@@ -16,7 +16,7 @@ from typing import Any
 
 import yaml
 
-from experiments.sweep.errors import SpecError
+from experiments.sweep.spec_error import SpecError
 
 MERGED = ("fixed", "launcher", "pretrained")  # merged key by key with the extended spec's
 REPLACED_TOGETHER = ("grid", "cells")  # a variant's grid or cells replaces both of the extended spec's

@@ -23,7 +23,7 @@ from experiments.records.values import format_value
 from experiments.sweep.resources import RunShape, run_shape
 from experiments.sweep.spec import ROOT, Cell, Spec, SpecError
 from experiments.sweep.tuning import initial_points
-from lit_modules.cli import SuiteCLI, cli_main
+from lit_modules.suite_cli import SuiteCLI, cli_main
 
 SEEDED_GROUPS = ("data", "model")  # a `seed` argument of these classes gets the run's seed
 SHAPE_KEYS = ("devices", "num_nodes", "accelerator")  # trainer settings that say how many processes a run starts

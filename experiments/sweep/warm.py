@@ -62,7 +62,7 @@ ZYGOTE_MODULE = "experiments.sweep.zygote"
 # it): the CLI class cli.py imports (torch, Lightning, jsonargparse, torchmetrics, every LightningModule), the
 # DataModules (a class_path imports the package, hence all of them), TensorBoard. test_warm.py checks that
 # importing cli.py afterwards loads nothing more
-PRELOAD = ("lit_modules.cli", "datamodules", "torch.utils.tensorboard")
+PRELOAD = ("lit_modules.suite_cli", "datamodules", "torch.utils.tensorboard")
 CANCEL_POLL_S = 0.2
 
 

@@ -10,8 +10,8 @@ import pytest
 from contract.run_record import read_run_record
 from datamodules.text import TextDataModule
 from lit_modules import CausalLM, DivergenceGuard, RunMetadata
-from lit_modules.cli import describe_data
 from lit_modules.optim import OptimConfig
+from lit_modules.suite_cli import describe_data
 from models import ArchConfig
 
 

@@ -14,9 +14,9 @@ from tensorboard.backend.event_processing.event_accumulator import EventAccumula
 from contract.run_record import read_run_record
 from datamodules.text import TextDataModule
 from lit_modules import CausalLM, RunMetadata
-from lit_modules.cli import describe_data
-from lit_modules.diagnostics import Diagnostics, LossSpikes
+from lit_modules.diagnostics_callbacks import Diagnostics, LossSpikes
 from lit_modules.optim import OptimConfig
+from lit_modules.suite_cli import describe_data
 from models import ArchConfig
 
 

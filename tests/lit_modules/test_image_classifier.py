@@ -13,8 +13,8 @@ from lightning.pytorch.callbacks import EMAWeightAveraging
 from contract.metrics import higher_is_better
 from datamodules.images import ImageDataModule
 from lit_modules import ImageClassifier
-from lit_modules.cli import describe_data
 from lit_modules.image_classifier import MixConfig
+from lit_modules.suite_cli import describe_data
 from models import ArchConfig
 from models.config import ConfigError
 

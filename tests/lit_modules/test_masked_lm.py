@@ -52,7 +52,7 @@ def test_an_examples_masks_do_not_depend_on_its_batch():
 
 def test_test_stage_logs_the_test_split(tmp_path):
     """`cli.py test` evaluates a masked LM on the data's test split as test/loss and test/acc."""
-    from lit_modules.cli import cli_main
+    from lit_modules.suite_cli import cli_main
 
     args = ["-c", "configs/bert/base.yaml", "-c", "configs/bert/tiny.yaml", "--data.test_split=held_out",
             "--data.val_tokens=2048", "--trainer.limit_test_batches=2", "--trainer.limit_val_batches=2",

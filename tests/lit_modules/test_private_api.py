@@ -17,8 +17,8 @@ from pathlib import Path
 import lightning.pytorch as pl
 import pytest
 
-from lit_modules.cli import SuiteCLI, cli_main
 from lit_modules.private_api import PRIVATE_NAMES, PRIVATE_OVERRIDES, PrivateName
+from lit_modules.suite_cli import SuiteCLI, cli_main
 
 ROOT = Path(__file__).resolve().parents[2]
 REQUIREMENTS = ROOT / "requirements.txt"

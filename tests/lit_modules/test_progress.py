@@ -13,8 +13,8 @@ from lightning.pytorch.callbacks import ProgressBar
 from contract.run_folder import PROGRESS_LINES, PROGRESS_VAR
 from experiments.sweep import runs
 from lit_modules import progress
-from lit_modules.cli import cli_main
 from lit_modules.progress import LineProgress, wants_lines
+from lit_modules.suite_cli import cli_main
 
 CONFIGS = Path(__file__).resolve().parents[2] / "configs"
 TINY = [

@@ -11,7 +11,7 @@ import torch.nn.functional as F
 
 from datamodules.translation import TranslationDataModule
 from lit_modules import Translation
-from lit_modules.cli import describe_data
+from lit_modules.suite_cli import describe_data
 from models import ArchConfig
 
 

@@ -12,7 +12,7 @@ import torch.nn.functional as F
 
 from models import GPT, ArchConfig, BertMLM, EncoderDecoder, ViT
 from models.attention import Attention
-from models.diagnostics import Probe, attention_stats, short_name
+from models.probes import Probe, attention_stats, short_name
 from models.relative_bias import ScoreMask
 
 ARCH = dict(d_model=32, n_heads=4, n_layers=2, vocab_size=50, max_seq_len=16, dropout=0.0)

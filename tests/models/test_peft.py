@@ -9,8 +9,8 @@ import pytest
 import torch
 from torch import nn
 
-from lit_modules.export import export_merged
 from lit_modules.int8 import quantize_model
+from lit_modules.rebuilt_run import export_merged
 from models import GPT, ArchConfig, BertMLM, EncoderDecoder
 from models.config import ConfigError
 from models.finetune import load_weights, read_weights, set_trainable

@@ -13,7 +13,7 @@ import yaml
 
 import cli
 from datamodules.images import IMAGE_DATASETS
-from lit_modules.export import build_run
+from lit_modules.rebuilt_run import build_run
 
 transformers = pytest.importorskip("transformers")
 timm = pytest.importorskip("timm")

@@ -31,7 +31,7 @@ from experiments.bench.decoding import DecodeJob, time_decoding
 from experiments.bench.tables import Table
 from experiments.bench.timing import Rate, machine_info, ratio_range
 from lit_modules import Translation
-from lit_modules.cli import describe_data
+from lit_modules.suite_cli import describe_data
 from models import ArchConfig
 from models.config import IGNORE_INDEX
 

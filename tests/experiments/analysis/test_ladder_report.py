@@ -12,7 +12,7 @@ from experiments.analysis import ladder_fit
 from experiments.analysis.comparison import analyse
 from experiments.analysis.ladder_fit import law
 from experiments.analysis.ladder_report import ladder_section
-from experiments.analysis.report import ladder_results
+from experiments.analysis.sweep_report import ladder_results
 from experiments.records.ledger import Ledger
 
 SIZES = {"d32": 1e4, "d64": 3e4, "d96": 1e5, "d128": 3e5, "d192": 1e6}

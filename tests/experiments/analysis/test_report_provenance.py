@@ -5,7 +5,7 @@ from __future__ import annotations
 import csv
 import json
 
-from experiments.analysis import report
+from experiments.analysis import sweep_report as report
 from tests.run_records import write_record
 
 A, B = "a" * 40, "b" * 40

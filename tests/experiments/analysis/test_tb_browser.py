@@ -80,7 +80,7 @@ IMAGES = tb_browser._script("""
 
 
 def test_the_diagnostics_heatmaps_render(tmp_path):
-    """A run's diagnostics heatmaps (`lit_modules.diagnostics`) as TensorBoard's Images dashboard shows them."""
+    """A run's diagnostics heatmaps (`lit_modules.diagnostics_callbacks`), as TensorBoard's Images dashboard shows."""
     import subprocess
     import sys
     from pathlib import Path

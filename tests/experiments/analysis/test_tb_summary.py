@@ -19,7 +19,8 @@ from tensorboard.plugins.hparams import api_pb2, get_experiment, hparams_plugin,
 from tensorboard.plugins.scalar.scalars_plugin import ScalarsPlugin
 from tensorboard.plugins.text.text_plugin import TextPlugin
 
-from experiments.analysis import report, tb_summary
+from experiments.analysis import sweep_report as report
+from experiments.analysis import tb_summary
 from tests.experiments.analysis.conftest import AXIS, CELLS, FAILED, LENGTHS, SEEDS, VAL_STEPS
 
 CTX = context.RequestContext()

@@ -70,7 +70,7 @@ def test_a_ladder_sweep_trains_every_size_and_reports_the_ladder(tmp_path):
     """End to end, 2 sizes × 1 cell × 1 seed of the tiny GPT through the engine: the ledger carries each run's
     own size, the report's data its Ladder table, and its Markdown the section (two sizes cannot fit three
     parameters: said, not hidden)."""
-    from experiments.analysis.report import build_report, ladder_results
+    from experiments.analysis.sweep_report import build_report, ladder_results
     from experiments.sweep import run_sweep
 
     ladder = [{"name": "d16", "model.arch.d_model": 16}, {"name": "d32", "model.arch.d_model": 32}]

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from contract.run_record import read_run_record
-from experiments.analysis.report import build_report
+from experiments.analysis.sweep_report import build_report
 from experiments.sweep import run_sweep
 from experiments.sweep.spec import SpecError, load_spec
 from experiments.sweep.validate import check_spec

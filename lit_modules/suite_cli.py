@@ -4,7 +4,7 @@ It lives here, not in `cli.py`, so that nothing under `experiments/` imports the
 
 A mistake in what a run asks for (a bad value or combination, an unknown or abbreviated key, a missing
 or corrupt data file) ends the command with two lines on stderr, a usage hint and
-`error: <key>: <what is wrong and how to fix it>` (`lit_modules.errors` writes it), and exit status 2;
+`error: <key>: <what is wrong and how to fix it>` (`lit_modules.config_messages` writes it), and exit status 2;
 `SUITE_DEBUG=1` raises it with its full traceback instead.
 """
 
@@ -24,8 +24,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from contract.run_folder import SWEEP_DIR_VAR
 from lit_modules.callbacks import DivergenceGuard, RunMetadata
-from lit_modules.diagnostics import Diagnostics, LossSpikes
-from lit_modules.errors import (
+from lit_modules.config_messages import (
     INSTANTIATION_ERRORS,
     as_config_error,
     check_dataclasses,
@@ -33,6 +32,7 @@ from lit_modules.errors import (
     explain_parse_error,
     option_keys,
 )
+from lit_modules.diagnostics_callbacks import Diagnostics, LossSpikes
 from lit_modules.progress import LineProgress, wants_lines
 from models.config import ConfigError
 from models.finetune import check_checkpoint_file

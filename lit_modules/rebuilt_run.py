@@ -26,7 +26,7 @@ from torch import nn
 
 from contract.errors import ConfigError
 from lit_modules.base import TaskModule
-from lit_modules.cli import cli_main
+from lit_modules.suite_cli import cli_main
 from models.interop import to_reference
 from models.peft import has_lora, merge_lora
 

@@ -1,6 +1,6 @@
 """Training diagnostics in TensorBoard (`Diagnostics`) and the loss-spike count of every run (`LossSpikes`).
 
-`Diagnostics` probes one training step in `every_n_steps` (`models.diagnostics.Probe`): per attention module
+`Diagnostics` probes one training step in `every_n_steps` (`models.probes.Probe`): per attention module
 its heads' entropy, mean attention distance and largest logit (scalars, and a module × head heatmap image), the
 residual stream's RMS after each block, the output logits' mean, max and log Z, and each block's gradient norm.
 The probes change nothing the step computes, so a run trains the same with them on or off
@@ -23,7 +23,7 @@ import torch
 from torch import Tensor
 
 from contract.run_record import ProbeHeadlines
-from models.diagnostics import Probe
+from models.probes import Probe
 
 from .callbacks import mark_run
 

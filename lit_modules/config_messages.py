@@ -1,5 +1,5 @@
 """Configuration errors in one line: what jsonargparse and the constructors raise, said as
-`<key>: <what is wrong and how to fix it>` (`lit_modules.cli` prints it with a usage hint).
+`<key>: <what is wrong and how to fix it>` (`lit_modules.suite_cli` prints it with a usage hint).
 
 jsonargparse reports a nested key's error inside its class's and its union's ("Parser key "model":
 Does not validate against any of the Union subtypes ..."); a constructor's error comes wrapped the same

@@ -1,4 +1,4 @@
-"""Probes of one forward pass, for the training diagnostics (`lit_modules.diagnostics`): per attention module
+"""Probes of one forward pass, for the training diagnostics (`lit_modules.diagnostics_callbacks`): per attention module
 and head the attention entropy, mean attention distance and largest attention logit; the residual stream's RMS
 after each block; the output logits' mean, max and log Z.
 
