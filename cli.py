@@ -1,14 +1,14 @@
 """The suite's command line.
 
-    python cli.py fit -c configs/gpt/tiny.yaml --model.arch.pos_encoding alibi
-    python cli.py {fit,validate,test,predict} ...      LightningCLI (subclass mode for model and data)
-    python cli.py sweep SPEC.yaml [--out DIR] [--jobs N|auto] [--threads T] [--launcher pool|local|slurm] [--dry-run]
-                               [--retry-failed] [--rerun CELL ...] [--no-warm]
-    python cli.py report DIR
-    python cli.py prepare -c CONFIG.yaml [--data.KEY VALUE ...]           download / tokenize once (a token store)
-    python cli.py bench [--smoke] [--sections a,b] [--compile]
-    python cli.py samples DIR [--prompt TEXT]                                 one continuation per cell of a sweep
-    python cli.py export --config RUN/config.yaml --ckpt_path CKPT --out DIR   the transformers / timm equivalent
+python cli.py fit -c configs/gpt/tiny.yaml --model.arch.pos_encoding alibi
+python cli.py {fit,validate,test,predict} ...      LightningCLI (subclass mode for model and data)
+python cli.py sweep SPEC.yaml [--out DIR] [--jobs N|auto] [--threads T] [--launcher pool|local|slurm] [--dry-run]
+                           [--retry-failed] [--rerun CELL ...] [--no-warm]
+python cli.py report DIR
+python cli.py prepare -c CONFIG.yaml [--data.KEY VALUE ...]           download / tokenize once (a token store)
+python cli.py bench [--smoke] [--sections a,b] [--compile]
+python cli.py samples DIR [--prompt TEXT]                                 one continuation per cell of a sweep
+python cli.py export --config RUN/config.yaml --ckpt_path CKPT --out DIR   the transformers / timm equivalent
 """
 
 from __future__ import annotations

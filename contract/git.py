@@ -72,9 +72,7 @@ class GitState:
 def _git(repo: Path, *args: str) -> subprocess.CompletedProcess:
     # --no-optional-locks: `git status` would otherwise refresh the index under its lock, and fail the
     # `git add` of someone working in the same tree meanwhile
-    return subprocess.run(
-        ["git", "--no-optional-locks", *args], cwd=repo, capture_output=True, text=True, timeout=60
-    )
+    return subprocess.run(["git", "--no-optional-locks", *args], cwd=repo, capture_output=True, text=True, timeout=60)
 
 
 def git_state(repo: Path = REPO, exclude: Iterable[Path | str | None] = ()) -> GitState | None:

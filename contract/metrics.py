@@ -32,9 +32,7 @@ def metric_base_name(tag: str) -> str:
     name = tag.rsplit("/", 1)[-1].split("@", 1)[0]
     matches = [key for key in METRIC_DIRECTIONS if name == key or name.startswith(key + "_")]
     if not matches:
-        raise KeyError(
-            f"metric {tag!r} has no declared direction; add its name to contract.metrics.METRIC_DIRECTIONS"
-        )
+        raise KeyError(f"metric {tag!r} has no declared direction; add its name to contract.metrics.METRIC_DIRECTIONS")
     return max(matches, key=len)
 
 

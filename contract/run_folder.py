@@ -1,11 +1,11 @@
 """A run's folder and what passes between a sweep and its runs: the names both sides write and read.
 
-    <run>/config.yaml            the resolved config (Lightning's SaveConfigCallback)
-    <run>/run.json               `RunMetadata`: commit, versions, data checksum, counts, status (`run_record`)
-    <run>/tokenizer.json         the vocabulary the run trained with
-    <run>/checkpoints/last.ckpt  the resumption point (ModelCheckpoint's `save_last`)
-    <run>/run.log                the run's output, when a sweep ran it
-    <run>/git.diff               the uncommitted code of a run started from a dirty tree
+<run>/config.yaml            the resolved config (Lightning's SaveConfigCallback)
+<run>/run.json               `RunMetadata`: commit, versions, data checksum, counts, status (`run_record`)
+<run>/tokenizer.json         the vocabulary the run trained with
+<run>/checkpoints/last.ckpt  the resumption point (ModelCheckpoint's `save_last`)
+<run>/run.log                the run's output, when a sweep ran it
+<run>/git.diff               the uncommitted code of a run started from a dirty tree
 """
 
 from __future__ import annotations
@@ -42,4 +42,3 @@ PROGRESS_LINES, PROGRESS_BAR = "lines", "bar"
 def last_checkpoint(run_dir: Path) -> Path:
     """Where a run keeps its resumption point."""
     return Path(run_dir) / CHECKPOINTS_DIR / LAST_CHECKPOINT
-

@@ -81,8 +81,7 @@ def fetch(url: str, dest: str | Path, sha256: str | None) -> Path:
         actual = sha256_file(part)
         if sha256 is not None and actual != sha256.lower():
             raise ValueError(
-                f"checksum mismatch for {dest} downloaded from {url}: "
-                f"expected sha256 {sha256}, got {actual}"
+                f"checksum mismatch for {dest} downloaded from {url}: expected sha256 {sha256}, got {actual}"
             )
         if sha256 is None:
             _sidecar(dest).write_text(actual + "\n")

@@ -81,8 +81,7 @@ def _load_tinyshakespeare(data_dir: str | None, cache_dir: str) -> Corpus:
 # https://s3.amazonaws.com/research.metamind.io/wikitext/wikitext-2-raw-v1.zip, which is no longer
 # served; pinned to a commit of the ggml-org/ci dataset repository so the URL cannot drift.
 WIKITEXT2_URL = (
-    "https://huggingface.co/datasets/ggml-org/ci/resolve/"
-    "927b3642933080f1b0e811e2f916e14c292992f9/wikitext-2-raw-v1.zip"
+    "https://huggingface.co/datasets/ggml-org/ci/resolve/927b3642933080f1b0e811e2f916e14c292992f9/wikitext-2-raw-v1.zip"
 )
 WIKITEXT2_SHA256 = "ef7edb566e3e2b2d31b29c1fdb0c89a4cc683597484c3dc2517919c615435a11"
 

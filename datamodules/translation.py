@@ -117,8 +117,13 @@ def collate_pairs(batch: Sequence[Example], pad_id: int, bos_id: int, eos_id: in
         src_mask[b, : len(s)] = 1
         tgt_in[b, : len(t) + 1] = torch.tensor([bos_id, *t], dtype=torch.long)
         tgt_out[b, : len(t) + 1] = torch.tensor([*t, eos_id], dtype=torch.long)
-    return {"src_ids": src_ids, "src_mask": src_mask, "tgt_in": tgt_in, "tgt_out": tgt_out,
-            "tgt_text": [text for _, _, text in batch]}
+    return {
+        "src_ids": src_ids,
+        "src_mask": src_mask,
+        "tgt_in": tgt_in,
+        "tgt_out": tgt_out,
+        "tgt_text": [text for _, _, text in batch],
+    }
 
 
 class EncodedPairs(Sequence[Example]):

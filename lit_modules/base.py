@@ -37,9 +37,7 @@ def data_length(data_info: dict[str, Any]) -> int | None:
     return next((int(data_info[key]) for key in DATA_LENGTH_KEYS if key in data_info), None)
 
 
-class TaskModule(
-    SameDataCheckpoints, StartingWeights, Int8Evaluation, GlobalLoss, ModelStats, pl.LightningModule
-):
+class TaskModule(SameDataCheckpoints, StartingWeights, Int8Evaluation, GlobalLoss, ModelStats, pl.LightningModule):
     """Base of the four task modules.
 
     Subclasses build `self.model` from `self.arch` in `__init__` and list their headline metrics

@@ -98,9 +98,7 @@ class Diagnostics(pl.Callback):
 
     def __init__(self, every_n_steps: int = 100, heatmap_every_n_steps: int = 500, rows: int = 2):
         if every_n_steps < 0 or rows < 1:
-            raise ValueError(
-                f"diagnostics: every_n_steps={every_n_steps} must be ≥ 0 (0: off) and rows={rows} ≥ 1"
-            )
+            raise ValueError(f"diagnostics: every_n_steps={every_n_steps} must be ≥ 0 (0: off) and rows={rows} ≥ 1")
         if heatmap_every_n_steps < 0:
             raise ValueError(f"diagnostics: heatmap_every_n_steps={heatmap_every_n_steps} must be ≥ 0 (0: no heatmaps)")
         self.every_n_steps, self.heatmap_every_n_steps, self.rows = every_n_steps, heatmap_every_n_steps, rows
@@ -276,4 +274,3 @@ class LossSpikes(pl.Callback):
     def load_state_dict(self, state: dict[str, Any]) -> None:
         self.losses = deque(state["losses"], maxlen=self.window)
         self.steps, self.count, self._in_spike = list(state["steps"]), int(state["count"]), bool(state["in_spike"])
-

@@ -34,10 +34,15 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     # model's hyperparameters, which every suite checkpoint has
     PrivateName(CLI, "_parse_ckpt_path", "SuiteCLI overrides it: the files a run reads are checked first", ("self",)),
     # the same signature since 2.5.0
-    PrivateName(CLI, "_run_subcommand", "SuiteCLI overrides it: a DataModule's file error in one line",
-                ("self", "subcommand")),  # fmt: skip
-    PrivateName(CLI, "_instantiate_trainer", "SuiteCLI overrides it: a sweep's quiet runs, progress lines in logs",
-                ("self", "config", "callbacks")),  # fmt: skip
+    PrivateName(
+        CLI, "_run_subcommand", "SuiteCLI overrides it: a DataModule's file error in one line", ("self", "subcommand")
+    ),  # fmt: skip
+    PrivateName(
+        CLI,
+        "_instantiate_trainer",
+        "SuiteCLI overrides it: a sweep's quiet runs, progress lines in logs",
+        ("self", "config", "callbacks"),
+    ),  # fmt: skip
     # the same in 2.5.0-2.6.6; without it SuiteCLI._known_keys falls back to the top-level parser's keys
     PrivateName(CLI, "_subcommand_parsers", "SuiteCLI._known_keys: a subcommand's keys, to suggest one"),
     PrivateName(

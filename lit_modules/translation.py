@@ -139,5 +139,8 @@ class Translation(TaskModule):
         return records
 
     def predict_settings(self) -> dict[str, Any]:
-        return {"beam_size": self.predict_beam_size, "length_penalty": self.length_penalty,
-                "max_len": self.predict_max_len}
+        return {
+            "beam_size": self.predict_beam_size,
+            "length_penalty": self.length_penalty,
+            "max_len": self.predict_max_len,
+        }

@@ -155,13 +155,13 @@ def _names(literal) -> str:
 
 class ViT(TransformerModel):
     """Args:
-        cfg: architecture; `pos_encoding` is `learned` (a table, see `learned_layout`), `sinusoidal`
-            (2-D sin-cos) or `none`.
-        image_size, patch_size, in_channels, num_classes: the image task. Square images of another
-            size (a multiple of `patch_size`) run too, with the position table resampled.
-        pool: `cls` (a learned CLS token, as ViT) or `mean` over patch tokens.
-        learned_layout: a `learned` table's form: `1d`, one row per token (ViT, timm's `pos_embed`),
-            or `2d`, a row and a column table (Dosovitskiy et al. App. D.4). Only with `learned`.
+    cfg: architecture; `pos_encoding` is `learned` (a table, see `learned_layout`), `sinusoidal`
+        (2-D sin-cos) or `none`.
+    image_size, patch_size, in_channels, num_classes: the image task. Square images of another
+        size (a multiple of `patch_size`) run too, with the position table resampled.
+    pool: `cls` (a learned CLS token, as ViT) or `mean` over patch tokens.
+    learned_layout: a `learned` table's form: `1d`, one row per token (ViT, timm's `pos_embed`),
+        or `2d`, a row and a column table (Dosovitskiy et al. App. D.4). Only with `learned`.
     """
 
     head_modules = ("head",)  # what a fine-tune may replace or train alone (models/peft.py)

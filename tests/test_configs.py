@@ -51,11 +51,16 @@ def test_tiny_config_fast_dev_run(family, tmp_path):
     cli = cli_main(
         [
             "fit",
-            "-c", str(CONFIGS / family / "base.yaml"),
-            "-c", str(CONFIGS / family / "tiny.yaml"),
-            "--trainer.fast_dev_run", "2",
-            "--trainer.enable_progress_bar", "false",
-            "--trainer.default_root_dir", str(tmp_path),
+            "-c",
+            str(CONFIGS / family / "base.yaml"),
+            "-c",
+            str(CONFIGS / family / "tiny.yaml"),
+            "--trainer.fast_dev_run",
+            "2",
+            "--trainer.enable_progress_bar",
+            "false",
+            "--trainer.default_root_dir",
+            str(tmp_path),
         ]
     )
     assert cli.trainer.global_step == 2
@@ -66,11 +71,16 @@ def _run(args: list[str], save_dir: Path) -> dict[str, float]:
     cli = cli_main(
         args
         + [
-            "--trainer.max_steps", "4",
-            "--trainer.val_check_interval", "4",
-            "--trainer.limit_val_batches", "2",
-            "--trainer.enable_progress_bar", "false",
-            "--trainer.logger.init_args.save_dir", str(save_dir),
+            "--trainer.max_steps",
+            "4",
+            "--trainer.val_check_interval",
+            "4",
+            "--trainer.limit_val_batches",
+            "2",
+            "--trainer.enable_progress_bar",
+            "false",
+            "--trainer.logger.init_args.save_dir",
+            str(save_dir),
         ]
     )
     return {k: float(v) for k, v in cli.trainer.callback_metrics.items()}, Path(cli.trainer.log_dir)

@@ -68,8 +68,15 @@ def error_lines(argv: list[str], capsys) -> list[str]:
         (["fit", *GPT, "--data.batch_sise", "8"], "error: data.batch_sise: unknown key; did you mean data.batch_size?"),
     ],
     ids=[
-        "bad-choice", "bad-combination", "bad-gqa-validate", "bad-type-test", "missing-config",
-        "vit-rope", "abbreviated-key", "abbreviated-nested-key", "misspelt-key",
+        "bad-choice",
+        "bad-combination",
+        "bad-gqa-validate",
+        "bad-type-test",
+        "missing-config",
+        "vit-rope",
+        "abbreviated-key",
+        "abbreviated-nested-key",
+        "misspelt-key",
     ],
 )
 def test_bad_input_says_what_to_do_in_two_lines(argv, expected, capsys):
@@ -144,8 +151,19 @@ def test_dataset_missing_when_the_run_prepares_it(tmp_path, capsys):
     (after Lightning's own start-up lines), the last one naming the folder and how to get the data."""
     capsys.readouterr()
     with pytest.raises(SystemExit) as info:
-        cli.main(["fit", "-c", str(ROOT / "configs/vit/base.yaml"), "-c", str(ROOT / "configs/vit/cifar10.yaml"),
-                  "--data.data_dir", str(tmp_path), "--trainer.logger.init_args.save_dir", str(tmp_path / "runs")])
+        cli.main(
+            [
+                "fit",
+                "-c",
+                str(ROOT / "configs/vit/base.yaml"),
+                "-c",
+                str(ROOT / "configs/vit/cifar10.yaml"),
+                "--data.data_dir",
+                str(tmp_path),
+                "--trainer.logger.init_args.save_dir",
+                str(tmp_path / "runs"),
+            ]
+        )
     assert info.value.code == 2
     err = capsys.readouterr().err
     assert "Traceback" not in err

@@ -35,14 +35,22 @@ OFFLINE_DATA = {
     "vit": ("cifar10", ["--data.dataset", "digits"]),
 }
 TWO_STEPS = [
-    "--trainer.accelerator", "cpu",
-    "--trainer.precision", "bf16-mixed",
-    "--trainer.max_steps", "2",
-    "--trainer.val_check_interval", "2",
-    "--trainer.limit_val_batches", "1",
-    "--trainer.num_sanity_val_steps", "0",
-    "--trainer.enable_progress_bar", "false",
-    "--trainer.enable_model_summary", "false",
+    "--trainer.accelerator",
+    "cpu",
+    "--trainer.precision",
+    "bf16-mixed",
+    "--trainer.max_steps",
+    "2",
+    "--trainer.val_check_interval",
+    "2",
+    "--trainer.limit_val_batches",
+    "1",
+    "--trainer.num_sanity_val_steps",
+    "0",
+    "--trainer.enable_progress_bar",
+    "false",
+    "--trainer.enable_model_summary",
+    "false",
 ]
 
 
@@ -51,15 +59,19 @@ def gpu_args(family: str, save_dir: Path) -> list[str]:
     data = ["--data.data_dir", str(SHARED_DATA / copy)] if (SHARED_DATA / copy).is_dir() else offline
     return [
         "fit",
-        "-c", str(CONFIGS / family / "base.yaml"),
-        "-c", str(CONFIGS / family / "gpu.yaml"),
+        "-c",
+        str(CONFIGS / family / "base.yaml"),
+        "-c",
+        str(CONFIGS / family / "gpu.yaml"),
         *TINY,
         *TINY_DATA[family],
         *data,
         # Inductor's CPU build alone takes 1-1.5 min on 2 cores; the slow test below keeps it
-        "--model.compile", "false",
+        "--model.compile",
+        "false",
         *TWO_STEPS,
-        "--trainer.logger.init_args.save_dir", str(save_dir),
+        "--trainer.logger.init_args.save_dir",
+        str(save_dir),
     ]
 
 

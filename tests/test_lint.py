@@ -1,4 +1,4 @@
-"""The repository passes `ruff check` with the configuration in pyproject.toml."""
+"""The repository passes `ruff check` and `ruff format --check` (the pinned ruff) with pyproject.toml's settings."""
 
 from __future__ import annotations
 
@@ -22,6 +22,13 @@ def test_ruff_check_passes():
         text=True,
     )
     assert result.returncode == 0, f"ruff check failed:\n{result.stdout}{result.stderr}"
+
+
+def test_ruff_format_leaves_every_file_as_it_is():
+    # `# fmt: skip` keeps a hand-aligned table or call as written; everything else is the formatter's
+    result = subprocess.run([sys.executable, "-m", "ruff", "format", "--check", str(ROOT)], cwd=ROOT,
+                            capture_output=True, text=True)  # fmt: skip
+    assert result.returncode == 0, f"ruff format --check failed (run `ruff format .`):\n{result.stdout}{result.stderr}"
 
 
 def test_a_missing_ruff_fails_rather_than_skips(monkeypatch):

@@ -217,7 +217,8 @@ def _markdown(table: LadderTable) -> str:
             low, high = max(f.point.n_min, base_fit.point.n_min), min(f.point.n_max, base_fit.point.n_max)
             where = (
                 f"cross at N ≈ {c.n:,.0f}" + (f" (95% CI {_interval(*c.ci)})" if c.ci else "")
-                if c.n else f"no crossing within the ladder (N {low:,.0f} – {high:,.0f})"
+                if c.n
+                else f"no crossing within the ladder (N {low:,.0f} – {high:,.0f})"
             )
             share = f"; {c.fraction:.0%} of bootstrap pairs cross there" if math.isfinite(c.fraction) else ""
             text.append(f"- `{cell}` and `{baseline}`: {where}{share}.")

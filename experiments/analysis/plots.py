@@ -18,13 +18,13 @@ from contract.files import write_atomic
 Curve = Mapping[int, float]  # step -> value
 
 
-
 def _save(fig, path: Path) -> None:
     """The PNG written whole or not at all: two sweeps sharing a folder may report at once, and the
     TensorBoard summary reads these files back."""
     buffer = io.BytesIO()
     fig.savefig(buffer, format="png", dpi=110)
     write_atomic(path, buffer.getvalue())
+
 
 def _finish(fig, ax, path: Path, drawn: bool, xlabel: str, ylabel: str, title: str) -> bool:
     """Labels, grid and legend, then the PNG when anything was drawn; closes the figure. Returns `drawn`."""
@@ -84,9 +84,7 @@ EVALUATION_AXES = {
 }
 
 
-def length_curves(
-    loss_by_cell: Mapping[str, Mapping[int, Sequence[float]]], path: Path, unit: str = "tokens"
-) -> bool:
+def length_curves(loss_by_cell: Mapping[str, Mapping[int, Sequence[float]]], path: Path, unit: str = "tokens") -> bool:
     """Validation loss against evaluation length, one line per cell (length extrapolation), or against
     the evaluated image size (`unit="pixels"`): the mean over seeds, with a min–max band over them.
 

@@ -19,7 +19,6 @@ CSV_COLUMNS = (
 )  # fmt: skip
 
 
-
 def _full(value: float) -> str:
     return repr(value) if math.isfinite(value) else ""
 

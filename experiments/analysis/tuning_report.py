@@ -144,8 +144,10 @@ def tuning_section(out_dir: Path, ledger: Ledger, info: dict[str, Any]) -> tuple
         )
         at_chosen = fixed(search.mean(search.chosen)) if search.chosen else "n/a"
         unbracketed = search.unbracketed(keys)
-        bracketed = "search not finished" if search.chosen is None else (
-            f"**unbracketed** ({', '.join(unbracketed)})" if unbracketed else "yes"
+        bracketed = (
+            "search not finished"
+            if search.chosen is None
+            else (f"**unbracketed** ({', '.join(unbracketed)})" if unbracketed else "yes")
         )
         spread = fixed(sensitivity(search, grid, cap, higher)) + seed_range(search, grid, cap, higher)
         if search.cell in shared:  # `tune.search_on`: it ran at the point its counterpart's search chose

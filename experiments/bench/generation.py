@@ -26,8 +26,7 @@ def run(ctx: Context) -> Section:
     table = Table(
         ["scheme", "batch", "tokens/s with cache", "tokens/s without", "speed-up (paired min–max)", "identical tokens"],
         title=(
-            f"prompt {prompt_len} tokens; max_seq_len {prompt_len + new}; "
-            "tokens/s counts new tokens of the whole batch"
+            f"prompt {prompt_len} tokens; max_seq_len {prompt_len + new}; tokens/s counts new tokens of the whole batch"
         ),
     )
     speedups: dict[int, dict[str, tuple]] = {b: {} for b in s.gen_batches}

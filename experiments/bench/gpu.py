@@ -41,8 +41,11 @@ def build_hf(shape: dict, activation: str):
     from .training import hf_gpt2
 
     dims = SimpleNamespace(
-        vocab_size=shape["vocab"], seq_len=shape["seq"], d_model=shape["d_model"],
-        n_layers=shape["n_layers"], n_heads=shape["n_heads"],
+        vocab_size=shape["vocab"],
+        seq_len=shape["seq"],
+        d_model=shape["d_model"],
+        n_layers=shape["n_layers"],
+        n_heads=shape["n_heads"],
     )
     return hf_gpt2(dims, activation)
 

@@ -220,7 +220,6 @@ def score_bias(check: Check) -> dict[str, Any]:
     return out
 
 
-
 def kv_cache(check: Check) -> dict[str, Any]:
     """Greedy generation of the `gpu.yaml` GPT with and without the KV cache (same tokens), per scheme."""
     arch, _, _ = gpu_arch("gpt", check.dry)

@@ -140,9 +140,7 @@ def run(ctx: Context) -> Section:
         f"(paired {min(pairs):.2f}–{max(pairs):.2f}): best `--jobs` for this machine is {jobs}"
         + (" (one thread per job)." if jobs > 1 else " (one process using every core).")
     )
-    section.data = {
-        "single_process": single, "side_by_side": side, "ratio": ratio, "best_jobs": jobs, "cores": cores
-    }
+    section.data = {"single_process": single, "side_by_side": side, "ratio": ratio, "best_jobs": jobs, "cores": cores}
     return section
 
 

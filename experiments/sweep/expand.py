@@ -124,8 +124,9 @@ def tuned_runs(
         state = states.setdefault(cell.name, states[spec.search_cell(cell).name])
         if spec.search_cell(cell) is cell:
             for point in state.points:
-                runs += [run_at(cell, search_cell_name(cell.name, tune, point), s, point, SEARCH_PHASE)
-                         for s in tune.seeds]
+                runs += [
+                    run_at(cell, search_cell_name(cell.name, tune, point), s, point, SEARCH_PHASE) for s in tune.seeds
+                ]
         if state.chosen is not None:
             runs += [run_at(cell, cell.name, seed, state.chosen, FINAL_PHASE, state.unbracketed) for seed in spec.seeds]
     return runs, states

@@ -87,8 +87,17 @@ class Run:
 
     def to_json(self) -> str:
         """The run as one JSON argument (what a scheduler job gets: `python -m experiments.sweep.task JSON`)."""
-        return json.dumps({"cell": self.cell, "seed": self.seed, "dir": str(self.dir), "args": self.args,
-                           "threads": self.threads, "columns": self.columns, "evaluate": self.evaluate})
+        return json.dumps(
+            {
+                "cell": self.cell,
+                "seed": self.seed,
+                "dir": str(self.dir),
+                "args": self.args,
+                "threads": self.threads,
+                "columns": self.columns,
+                "evaluate": self.evaluate,
+            }
+        )
 
     @classmethod
     def from_json(cls, text: str) -> Run:

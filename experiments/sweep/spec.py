@@ -243,4 +243,3 @@ def _typed(path: Path, raw: dict[str, Any], lines: Lines) -> Spec:
         ladder=ladder,
         pretrained=pretrained,
     )
-

@@ -158,8 +158,10 @@ class Pretrained:
         if not isinstance(raw["spec"], str):
             raise SpecError(f"pretrained.spec: needs the path of another spec, got {raw['spec']!r}")
         files = raw["files"]
-        if not isinstance(files, Mapping) or not files or not all(
-            isinstance(k, str) and isinstance(f, str) and f for k, f in files.items()
+        if (
+            not isinstance(files, Mapping)
+            or not files
+            or not all(isinstance(k, str) and isinstance(f, str) and f for k, f in files.items())
         ):
             raise SpecError(f"pretrained.files: needs keys mapped to files of the run, got {files!r}")
         if raw.get("cell") is not None and not isinstance(raw["cell"], str):

@@ -134,8 +134,10 @@ def check_names(cells: list[Cell], reserved: str) -> None:
 
 def seed_list(value: Any, what: str = "seeds") -> tuple[int, ...]:
     """A non-empty list of distinct non-negative integers."""
-    if not isinstance(value, list) or not value or not all(
-        isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value
+    if (
+        not isinstance(value, list)
+        or not value
+        or not all(isinstance(s, int) and not isinstance(s, bool) and s >= 0 for s in value)
     ):
         raise SpecError(f"{what}: needs a non-empty list of non-negative integers, got {value!r}")
     if len(set(value)) != len(value):

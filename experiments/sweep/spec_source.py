@@ -41,8 +41,6 @@ class Located(SpecError):
     """A SpecError that already names the file and line (`load_spec` adds them to the others)."""
 
 
-
-
 def _key_lines(node: yaml.Node, path: Path, prefix: tuple[str, ...] = ()) -> dict[tuple[str, ...], str]:
     """Each mapping key of a composed YAML document (one level into lists: `cells.0.name`) -> `file:line`."""
     out: dict[tuple[str, ...], str] = {}

@@ -112,9 +112,7 @@ def parse_tune(raw: Any, seeds: tuple[int, ...], fixed_and_axes: tuple[str, ...]
             isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 for v in values
         )
         if not numbers or len(values) < 2 or sorted(set(values)) != list(values):
-            raise TuneError(
-                f"tune.grid.{key}: needs at least two positive numbers in ascending order, got {values!r}"
-            )
+            raise TuneError(f"tune.grid.{key}: needs at least two positive numbers in ascending order, got {values!r}")
         ratios = [b / a for a, b in zip(values, values[1:])]
         if max(ratios) / min(ratios) > 1.25:  # 1e-3, 3e-3, 1e-2 passes: extension steps by their mean ratio
             raise TuneError(f"tune.grid.{key}: {values} is not log-spaced (ratios {[f'{r:.3g}' for r in ratios]})")
@@ -146,9 +144,7 @@ def check_search_on(tune: Tune, axes: tuple[str, ...], cells: Sequence[HasOverri
         values = list(dict.fromkeys(c.overrides.get(key) for c in cells))
         if key not in axes or value not in values:
             varied = {k: list(dict.fromkeys(c.overrides.get(k) for c in cells)) for k in axes}
-            raise TuneError(
-                f"tune.search_on: {key}={value!r} is not a value of a varied key; the spec varies {varied}"
-            )
+            raise TuneError(f"tune.search_on: {key}={value!r} is not a value of a varied key; the spec varies {varied}")
     for cell in cells:
         wanted = cell.overrides | dict(tune.search_on)
         if not any(c.overrides == wanted for c in cells):

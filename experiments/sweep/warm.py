@@ -139,7 +139,11 @@ class Zygote:
         self.control, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_SEQPACKET)
         command = [sys.executable, "-m", ZYGOTE_MODULE, str(theirs.fileno()), str(root), ",".join(preload)]
         self.proc = subprocess.Popen(
-            command, cwd=ROOT, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+            command,
+            cwd=ROOT,
+            env=env,
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
             pass_fds=[theirs.fileno()],
         )
         theirs.close()

@@ -122,5 +122,3 @@ def run(job: Job) -> NoReturn:
             traceback.print_exception(error)
         status, interrupted = 1, isinstance(error, KeyboardInterrupt)
     finish(status, interrupted)
-
-

@@ -25,7 +25,8 @@ def test_every_datamodule_subclasses_the_base() -> None:
     for info in pkgutil.iter_modules(datamodules.__path__):
         module = importlib.import_module(f"datamodules.{info.name}")
         found |= {
-            obj for obj in vars(module).values()
+            obj
+            for obj in vars(module).values()
             if inspect.isclass(obj) and issubclass(obj, pl.LightningDataModule) and obj.__module__ == module.__name__
         }
     assert found - {SuiteDataModule} == set(DATAMODULES)

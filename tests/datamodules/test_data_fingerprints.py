@@ -17,8 +17,18 @@ from datamodules import AlgorithmicDataModule, ImageDataModule, TextDataModule, 
 
 # batch entries added after the recording, which change none of the recorded ones (checked on their own)
 ADDED_KEYS = {"index"}
-DATA_INFO = ("vocab_size", "max_len", "pad_token_id", "bos_token_id", "eos_token_id", "mask_token_id",
-             "special_token_ids", "num_classes", "image_size", "in_channels")
+DATA_INFO = (
+    "vocab_size",
+    "max_len",
+    "pad_token_id",
+    "bos_token_id",
+    "eos_token_id",
+    "mask_token_id",
+    "special_token_ids",
+    "num_classes",
+    "image_size",
+    "in_channels",
+)
 
 
 def _update(digest: "hashlib._Hash", value: object) -> None:
@@ -64,23 +74,29 @@ def fingerprint(dm: pl.LightningDataModule, n: int = 3) -> str:
 
 
 CASES: dict[str, Callable[[], pl.LightningDataModule]] = {
-    "text-char": lambda: TextDataModule(seq_len=16, eval_lengths=[16, 32], val_tokens=1024, batch_size=4,
-                                        train_batches_per_epoch=5),
-    "text-char-seed1": lambda: TextDataModule(seq_len=16, val_tokens=1024, batch_size=4, train_batches_per_epoch=5,
-                                              seed=1),
-    "text-bpe": lambda: TextDataModule(tokenizer="bpe", bpe_vocab_size=300, seq_len=16, val_tokens=1024,
-                                       batch_size=4, train_batches_per_epoch=5),
+    "text-char": lambda: TextDataModule(
+        seq_len=16, eval_lengths=[16, 32], val_tokens=1024, batch_size=4, train_batches_per_epoch=5
+    ),
+    "text-char-seed1": lambda: TextDataModule(
+        seq_len=16, val_tokens=1024, batch_size=4, train_batches_per_epoch=5, seed=1
+    ),
+    "text-bpe": lambda: TextDataModule(
+        tokenizer="bpe", bpe_vocab_size=300, seq_len=16, val_tokens=1024, batch_size=4, train_batches_per_epoch=5
+    ),
     "scan-simple": lambda: TranslationDataModule(batch_size=8),
     "scan-length-seed1": lambda: TranslationDataModule(split="length", batch_size=8, seed=1),
-    "scan-bpe": lambda: TranslationDataModule(split="cutoff26", tokenizer="bpe", bpe_vocab_size=300, max_len=16,
-                                              batch_size=8),
+    "scan-bpe": lambda: TranslationDataModule(
+        split="cutoff26", tokenizer="bpe", bpe_vocab_size=300, max_len=16, batch_size=8
+    ),
     "digits": lambda: ImageDataModule(batch_size=16),
     "digits-seed1": lambda: ImageDataModule(batch_size=16, val_fraction=0.2, seed=1),
     "copy": lambda: AlgorithmicDataModule("copy", num_train=256, num_val_per_length=2, batch_size=8),
-    "reverse-seed1": lambda: AlgorithmicDataModule("reverse", num_train=256, num_val_per_length=2, batch_size=8,
-                                                   seed=1),
-    "addition": lambda: AlgorithmicDataModule("addition", train_max_len=5, test_max_len=8, num_train=256,
-                                              num_val_per_length=2, num_symbols=7, batch_size=8),
+    "reverse-seed1": lambda: AlgorithmicDataModule(
+        "reverse", num_train=256, num_val_per_length=2, batch_size=8, seed=1
+    ),
+    "addition": lambda: AlgorithmicDataModule(
+        "addition", train_max_len=5, test_max_len=8, num_train=256, num_val_per_length=2, num_symbols=7, batch_size=8
+    ),
 }
 
 # recorded before the DataModules shared a base class

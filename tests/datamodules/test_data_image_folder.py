@@ -73,8 +73,11 @@ def test_without_a_validation_folder_it_is_held_out_stratified_and_the_recipe_ap
     ("dirs", "message"),
     [
         ({"train_dir": "{root}/flat"}, r"data.train_dir .*flat has no class subfolders .*<class>/<image>.jpg"),
-        ({"train_dir": "{root}/train", "val_dir": "{root}/other"}, r"val_dir .*other has classes the training "
-                                                                     r"folder lacks: \['three'\]"),
+        (
+            {"train_dir": "{root}/train", "val_dir": "{root}/other"},
+            r"val_dir .*other has classes the training "
+            r"folder lacks: \['three'\]",
+        ),
         ({"train_dir": "{root}/train", "test_dir": "{root}/missing"}, r"data.test_dir .*missing does not exist"),
         ({"train_dir": "{root}/empty_class"}, r"data.train_dir .*empty_class: .*every class subfolder needs an image"),
     ],

@@ -68,8 +68,15 @@ class Recorder(pl.LightningModule):
 def fit(dm: pl.LightningDataModule, key: str) -> Recorder:
     model = Recorder(key)
     trainer = pl.Trainer(
-        max_epochs=2, limit_train_batches=2, limit_val_batches=1, num_sanity_val_steps=0, accelerator="cpu",
-        logger=False, enable_checkpointing=False, enable_progress_bar=False, enable_model_summary=False,
+        max_epochs=2,
+        limit_train_batches=2,
+        limit_val_batches=1,
+        num_sanity_val_steps=0,
+        accelerator="cpu",
+        logger=False,
+        enable_checkpointing=False,
+        enable_progress_bar=False,
+        enable_model_summary=False,
     )
     trainer.fit(model, datamodule=dm)
     return model
@@ -134,8 +141,14 @@ def test_restored_run_resumes_mid_epoch_for_every_epoch_sampled_datamodule():
         assert len(list(loader)) == len(batches)  # the skip happens once; the next epoch is whole
 
 
-@pytest.mark.parametrize("make", [lambda: ImageDataModule(batch_size=32), lambda: TextDataModule(batch_size=4,
-                                  seq_len=16, train_batches_per_epoch=16)], ids=["epoch_sampled", "index_sampled"])
+@pytest.mark.parametrize(
+    "make",
+    [
+        lambda: ImageDataModule(batch_size=32),
+        lambda: TextDataModule(batch_size=4, seq_len=16, train_batches_per_epoch=16),
+    ],
+    ids=["epoch_sampled", "index_sampled"],
+)
 def test_a_restored_loader_with_workers_starts_in_its_epoch_before_lightning_sets_it(make):
     """Loader workers prefetch indices as Lightning creates a resumed epoch's iterator, before its `set_epoch`:
     the restored loader must already be in the restored epoch (it was in epoch 0: another run's batches)."""

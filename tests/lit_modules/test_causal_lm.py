@@ -26,8 +26,14 @@ def _fit(pos: str, tmp_path, lr: float = 3e-3, callbacks=()):
         sample_tokens=8,
     )
     trainer = pl.Trainer(
-        max_steps=6, val_check_interval=6, limit_val_batches=4, logger=pl.loggers.TensorBoardLogger(tmp_path),
-        enable_progress_bar=False, enable_checkpointing=False, callbacks=list(callbacks), deterministic=True,
+        max_steps=6,
+        val_check_interval=6,
+        limit_val_batches=4,
+        logger=pl.loggers.TensorBoardLogger(tmp_path),
+        enable_progress_bar=False,
+        enable_checkpointing=False,
+        callbacks=list(callbacks),
+        deterministic=True,
     )
     trainer.fit(model, data)
     return trainer

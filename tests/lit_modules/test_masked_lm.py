@@ -7,7 +7,11 @@ from models.config import ArchConfig, ConfigError
 
 def _mask(seed: int, ids: torch.Tensor, cfg=MaskingConfig()):
     return mask_tokens(
-        ids, cfg, mask_id=1, vocab_size=50, special_ids=[0, 1, 2, 3],
+        ids,
+        cfg,
+        mask_id=1,
+        vocab_size=50,
+        special_ids=[0, 1, 2, 3],
         generators=[torch.Generator().manual_seed(seed * 1000 + i) for i in range(len(ids))],
     )
 

@@ -39,8 +39,10 @@ FAMILIES = {
 def train(family: str, folder: Path, *args: str, name: str = "run") -> Path:
     """A 2-step run of the family's tiny config (plus `args`), laid out as the sweep does: folder/name/
     {config.yaml, tokenizer.json, checkpoints/last.ckpt}."""
-    checkpoint = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
-                  "init_args": {"dirpath": str(folder / name / "checkpoints"), "save_last": True, "save_top_k": 0}}
+    checkpoint = {
+        "class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+        "init_args": {"dirpath": str(folder / name / "checkpoints"), "save_last": True, "save_top_k": 0},
+    }
     cli_main([
         "fit", "-c", f"configs/{family}/base.yaml", "-c", f"configs/{family}/tiny.yaml", *FAMILIES[family], *QUIET,
         "--trainer.max_steps=2", "--trainer.val_check_interval=2", "--trainer.limit_val_batches=1",

@@ -138,8 +138,18 @@ DECODER_CASES = {
     "gemma2-gqa-sandwich-softcap": (  # a window that covers every position: full attention on every layer
         transformers.Gemma2Config,
         transformers.Gemma2ForCausalLM,
-        dict(SMALL_GQA, head_dim=8, query_pre_attn_scalar=12, attn_logit_softcapping=3.0, final_logit_softcapping=2.0,
-             max_position_embeddings=32, sliding_window=32, pad_token_id=0, bos_token_id=0, eos_token_id=0),
+        dict(
+            SMALL_GQA,
+            head_dim=8,
+            query_pre_attn_scalar=12,
+            attn_logit_softcapping=3.0,
+            final_logit_softcapping=2.0,
+            max_position_embeddings=32,
+            sliding_window=32,
+            pad_token_id=0,
+            bos_token_id=0,
+            eos_token_id=0,
+        ),
         True,
     ),
     "bloom-tied": (

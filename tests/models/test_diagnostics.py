@@ -60,9 +60,7 @@ class Recorder:
         self.calls.append((q, k, mask, is_causal))
 
 
-@pytest.mark.parametrize(
-    "case", ["causal", "bidirectional", "padding", "t5", "alibi", "softcap", "scale"]
-)
+@pytest.mark.parametrize("case", ["causal", "bidirectional", "padding", "t5", "alibi", "softcap", "scale"])
 def test_statistics_are_those_of_the_probabilities_attention_applies(case):
     T, d = 8, 32
     cfg = ArchConfig(**{**ARCH, "d_model": d, "bias": False},

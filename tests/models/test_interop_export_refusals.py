@@ -51,8 +51,18 @@ from tests.models.interop_export_cases import BART_BASE, BERT_BASE, GPT_BASE, MA
             ["learn_embed_scale=True has no equivalent in transformers GPT2LMHeadModel (it has None or False)"],
         ),
         (  # Peri-LN's embedding norm (the suite's default under peri) is not Gemma 2's sandwich, which scales instead
-            GPT(ArchConfig(**GPT_BASE, pos_encoding="rope", norm="rmsnorm", norm_placement="peri", activation="geglu",
-                           gelu_approximate="tanh", bias=False, scale_embeddings=True)),  # fmt: skip
+            GPT(
+                ArchConfig(
+                    **GPT_BASE,
+                    pos_encoding="rope",
+                    norm="rmsnorm",
+                    norm_placement="peri",
+                    activation="geglu",
+                    gelu_approximate="tanh",
+                    bias=False,
+                    scale_embeddings=True,
+                )
+            ),  # fmt: skip
             ["peri_embedding_norm=True has no equivalent in transformers Gemma2ForCausalLM (it has False)"],
         ),
         (

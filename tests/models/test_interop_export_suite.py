@@ -50,24 +50,52 @@ SUITE_CASES = {
     ),
     "qwen3-swiglu-gqa-qknorm_per_head": (
         GPT,
-        dict(GPT_BASE, pos_encoding="rope", norm="rmsnorm", activation="swiglu", n_kv_heads=2, bias=False,
-             qk_norm="rmsnorm", qk_norm_scope="head"),  # fmt: skip
+        dict(
+            GPT_BASE,
+            pos_encoding="rope",
+            norm="rmsnorm",
+            activation="swiglu",
+            n_kv_heads=2,
+            bias=False,
+            qk_norm="rmsnorm",
+            qk_norm_scope="head",
+        ),  # fmt: skip
         {},
         "Qwen3ForCausalLM",
     ),
     "olmo2-swiglu-reordered-qknorm": (
         GPT,
-        dict(GPT_BASE, pos_encoding="rope", norm="rmsnorm", activation="swiglu", n_kv_heads=2, bias=False,
-             norm_placement="reordered", qk_norm="rmsnorm", tie_embeddings=False),  # fmt: skip
+        dict(
+            GPT_BASE,
+            pos_encoding="rope",
+            norm="rmsnorm",
+            activation="swiglu",
+            n_kv_heads=2,
+            bias=False,
+            norm_placement="reordered",
+            qk_norm="rmsnorm",
+            tie_embeddings=False,
+        ),  # fmt: skip
         {},
         "Olmo2ForCausalLM",
     ),
     "gemma2-sandwich-softcap-scaled": (
         GPT,
-        dict(GPT_BASE, pos_encoding="rope", norm="rmsnorm", norm_placement="peri", activation="geglu",
-             gelu_approximate="tanh", n_kv_heads=2, bias=False, scale_embeddings=True, peri_embedding_norm=False,
-             attn_scale=12**-0.5,
-             attn_softcap=2.0, logit_softcap=3.0),  # fmt: skip
+        dict(
+            GPT_BASE,
+            pos_encoding="rope",
+            norm="rmsnorm",
+            norm_placement="peri",
+            activation="geglu",
+            gelu_approximate="tanh",
+            n_kv_heads=2,
+            bias=False,
+            scale_embeddings=True,
+            peri_embedding_norm=False,
+            attn_scale=12**-0.5,
+            attn_softcap=2.0,
+            logit_softcap=3.0,
+        ),  # fmt: skip
         {},
         "Gemma2ForCausalLM",
     ),

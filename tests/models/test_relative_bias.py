@@ -221,5 +221,5 @@ def test_only_unpadded_causal_alibi_in_float_is_folded(offset, padded, dtype, ca
         mask = ScoreMask(RelativeBias(mask.bias.per_distance, 9, 9 + offset, slopes=torch.ones(4)), mask.padding,
                          offset)  # fmt: skip
     assert not relative_bias._foldable(torch.zeros(1, dtype=dtype), mask)
-    folded = ScoreMask(RelativeBias(mask.bias.per_distance[:, : 17], 9, 9, slopes=torch.ones(4)), None, 0)
+    folded = ScoreMask(RelativeBias(mask.bias.per_distance[:, :17], 9, 9, slopes=torch.ones(4)), None, 0)
     assert relative_bias._foldable(torch.zeros(1), folded)

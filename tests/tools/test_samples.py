@@ -21,8 +21,9 @@ def test_one_sample_per_cell_on_the_same_input(tmp_path, tiny_spec, capsys):
 
     assert samples.main([str(out)]) == 0
     printed = capsys.readouterr().out.splitlines()
-    records = {cell: json.loads((out / cell / "seed0" / PREDICTIONS_FILE).read_text().splitlines()[0])
-               for cell in CELLS}
+    records = {
+        cell: json.loads((out / cell / "seed0" / PREDICTIONS_FILE).read_text().splitlines()[0]) for cell in CELLS
+    }
     assert records[CELLS[0]]["input"] == records[CELLS[1]]["input"]  # the data's first default prompt
     assert printed[-3] == f"input: {records[CELLS[0]]['input']!r}"
     for line, cell in zip(printed[-2:], CELLS):  # in the spec's order, each with its continuation

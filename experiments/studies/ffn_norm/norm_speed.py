@@ -50,7 +50,9 @@ def main(argv: list[str] | None = None) -> int:
         d = shape[1]
         t = interleaved(
             {"layernorm": op_step(torch.nn.LayerNorm(d), x), "rmsnorm": op_step(torch.nn.RMSNorm(d), x)},
-            reps=args.reps, warmup=3, inner=20,
+            reps=args.reps,
+            warmup=3,
+            inner=20,
         )
         r = ratio_range(t["rmsnorm"], t["layernorm"])
         lines.append(
@@ -60,7 +62,8 @@ def main(argv: list[str] | None = None) -> int:
     batch = torch.randint(0, 65, (32, 129))
     t = interleaved(
         {"layernorm": train_step("layernorm", batch), "rmsnorm": train_step("rmsnorm", batch)},
-        reps=args.reps, warmup=2,
+        reps=args.reps,
+        warmup=2,
     )
     r = ratio_range(t["rmsnorm"], t["layernorm"])
     lines.append(

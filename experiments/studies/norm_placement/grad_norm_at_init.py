@@ -26,7 +26,12 @@ from models.config import NormPlacement
 def last_layer_grad_norms(placement: str, depth: int, batch: dict, vocab: int, seed: int) -> dict[str, float]:
     torch.manual_seed(seed)
     cfg = ArchConfig(
-        vocab_size=vocab, d_model=128, n_layers=depth, n_heads=4, max_seq_len=64, norm_placement=placement,
+        vocab_size=vocab,
+        d_model=128,
+        n_layers=depth,
+        n_heads=4,
+        max_seq_len=64,
+        norm_placement=placement,
         scaled_residual_init=False,  # Xiong et al.'s analysis uses the plain Xavier-like init
     )
     model = GPT(cfg)

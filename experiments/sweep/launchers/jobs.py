@@ -43,5 +43,3 @@ def pending_runs(runs: list[Run], ledger: Ledger, retry_failed: bool, books: Rec
         else:
             pending.append(run)
     return pending
-
-

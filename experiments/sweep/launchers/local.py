@@ -116,14 +116,19 @@ def run_local(
     return books.claimed
 
 
-
-
 class Local(OnThisMachine):
     name = "local"
     help = "submitit jobs on this machine (waits)"
 
     def launch(self, launch: Launch) -> Launched:
         return Launched(
-            run_local(launch.runs, launch.ledger, launch.axis_values, launch.jobs, launch.retry_failed, launch.block,
-                      launch.out_dir)  # fmt: skip
+            run_local(
+                launch.runs,
+                launch.ledger,
+                launch.axis_values,
+                launch.jobs,
+                launch.retry_failed,
+                launch.block,
+                launch.out_dir,
+            )  # fmt: skip
         )

@@ -96,7 +96,7 @@ def _check_slurm_keys(params: dict[str, Any]) -> None:
     unknown = [key for key in params if key.startswith("slurm_") and key[len("slurm_") :] not in valid]
     if unknown:
         raise SpecError(
-            f"launcher: submitit's SlurmExecutor has no parameter(s) {[k[len('slurm_'):] for k in unknown]}; "
+            f"launcher: submitit's SlurmExecutor has no parameter(s) {[k[len('slurm_') :] for k in unknown]}; "
             f"valid: {sorted(valid)} (prefixed slurm_), or any sbatch option in slurm_additional_parameters"
         )
 

@@ -70,7 +70,10 @@ def test_ladder_metrics_repeat_the_section_for_another_metric(tmp_path, monkeypa
     ranking = {line.split(" | ")[0]: line for line in extra.splitlines() if line.startswith("| d")}
     assert all("`act=swiglu` > `act=relu`" in ranking[f"| {size}"] for size in SIZES)
     assert {p.name for _, p in figures} == {
-        "ladder_params.png", "ladder_flops.png", "ladder_params_val_loss_64.png", "ladder_flops_val_loss_64.png"
+        "ladder_params.png",
+        "ladder_flops.png",
+        "ladder_params_val_loss_64.png",
+        "ladder_flops_val_loss_64.png",
     }
 
 

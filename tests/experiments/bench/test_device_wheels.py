@@ -57,9 +57,7 @@ def test_a_wheels_extras_and_version_bounds_are_checked(wheels):
     needs = {r.text.split(">")[0].split("<")[0].split("=")[0] for r in dw.wheel_requirements(jsonargparse)}
     assert {"docstring-parser", "typeshed-client"} <= needs  # jsonargparse[signatures], as requirements.txt asks
     too_new = [dw.Requirement("datasets", "numpy>=99")]
-    assert dw.unmet(too_new, {"numpy": "2.5.2"}) == [
-        "datasets needs numpy>=99; the machine and the wheels have 2.5.2"
-    ]
+    assert dw.unmet(too_new, {"numpy": "2.5.2"}) == ["datasets needs numpy>=99; the machine and the wheels have 2.5.2"]
     assert dw.unmet(too_new, {"numpy": None}) == []  # a version nobody read is not held against it
     assert dw.unmet([dw.Requirement("x", "absent-pkg")], {}) != []
 

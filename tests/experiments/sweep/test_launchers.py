@@ -167,8 +167,17 @@ def test_slurm_launcher_submits_a_job_array_and_keeps_the_books(tmp_path, tiny_s
     assert "submitted 2 run(s) as SLURM job 4242" in printed and "4242_0  norm=rmsnorm/seed0" in printed
     (script,) = fake_slurm.iterdir()
     sbatch = script.read_text()
-    for option in ("--array=0-1%2", "--nodes=2", "--ntasks-per-node=4", "--gpus-per-node=4", "--cpus-per-task=8",
-                   "--partition=gpu", "--qos=q", "--time=240", f"--output={out / '_submitit'}/%A_%a_0_log.out"):
+    for option in (
+        "--array=0-1%2",
+        "--nodes=2",
+        "--ntasks-per-node=4",
+        "--gpus-per-node=4",
+        "--cpus-per-task=8",
+        "--partition=gpu",
+        "--qos=q",
+        "--time=240",
+        f"--output={out / '_submitit'}/%A_%a_0_log.out",
+    ):
         assert f"#SBATCH {option}\n" in sbatch, option
     assert "srun --unbuffered" in sbatch and "-m submitit.core._submit" in sbatch  # one task per node-rank
     for cell, index in (("norm=rmsnorm", 0), ("norm=layernorm", 1)):

@@ -142,7 +142,10 @@ def test_ledger_row_copies_the_runs_commit(tmp_path):
     assert row["git_commit"] == DIRTY.label and row["loss_spikes"] == "2"  # LossSpikes' count, for the report
     # the last probe's headlines (Diagnostics), as columns after the run's statistics
     assert {k: v for k, v in row.items() if k.startswith("diagnostics/")} == {
-        "diagnostics/attn_max_logit": "7.5", "diagnostics/log_z": "4.25", "diagnostics/residual_growth": "-0.5"}
+        "diagnostics/attn_max_logit": "7.5",
+        "diagnostics/log_z": "4.25",
+        "diagnostics/residual_growth": "-0.5",
+    }
     assert collect_row(tmp_path / "never_ran", "b", 0, "failed", "boom", {})["git_commit"] == ""
     ledger = Ledger(tmp_path / "results.csv")
     ledger.put(row)

@@ -68,7 +68,8 @@ def test_a_sweep_submitted_runs_to_the_end_and_the_second_command_records_it(tmp
     assert sweep.main(args) == 0
     rows = Ledger(out / "results.csv").rows
     assert {(cell, row["status"]) for (cell, _), row in rows.items()} == {
-        ("norm=rmsnorm", "done"), ("norm=layernorm", "done")
+        ("norm=rmsnorm", "done"),
+        ("norm=layernorm", "done"),
     }
     assert all(row["steps"] == "12" for row in rows.values())
 

@@ -64,8 +64,11 @@ def test_blocks_are_parsed_into_their_dataclasses(tmp_path):
         (BASE + GRID + "sweeps: 2\n", 5, r"unknown top-level key\(s\) \['sweeps'\]; valid keys: \['extends', 'base'"),
         (BASE + GRID + "launcher:\n  partition: gpu\n  partiton: cpu\n", 7, "launcher: unknown key 'partiton'"),
         (BASE + GRID + "launcher:\n  timeout_min: 4h\n", 6, "launcher.timeout_min: needs int, got '4h'"),
-        (BASE + GRID + "tune:\n  grid: {optim.lr: [0.001, 0.003]}\n  extnd: 1\n", 7,
-         r"tune: unknown key\(s\) \['extnd'\]; valid keys: \['grid', 'extend'"),
+        (
+            BASE + GRID + "tune:\n  grid: {optim.lr: [0.001, 0.003]}\n  extnd: 1\n",
+            7,
+            r"tune: unknown key\(s\) \['extnd'\]; valid keys: \['grid', 'extend'",
+        ),
         (BASE + GRID + "pretrained: {spec: p.yaml, files: {}, run: 0}\n", 5, r"pretrained: unknown key\(s\) \['run'\]"),
         (BASE + "cells:\n  - {name: a}\n  - {name: -b, model.arch.norm: rmsnorm}\n", 4, r"cells\[1\]: name '-b'"),
         (BASE + GRID + "seeds: [0, 0]\n", 5, r"seeds: \[0, 0\] repeats a seed"),
@@ -73,8 +76,18 @@ def test_blocks_are_parsed_into_their_dataclasses(tmp_path):
         (BASE + GRID + "checkpoint_every: 0\n", 5, "checkpoint_every: needs a positive number"),
         (BASE + "grid: {model.arch.norm: []}\n", 2, "grid: axis 'model.arch.norm' needs a non-empty list"),
     ],
-    ids=["top-level", "launcher-key", "launcher-type", "tune-key", "pretrained-key", "cell-name", "seeds",
-         "compare-within", "checkpoint-every", "grid"],  # fmt: skip
+    ids=[
+        "top-level",
+        "launcher-key",
+        "launcher-type",
+        "tune-key",
+        "pretrained-key",
+        "cell-name",
+        "seeds",
+        "compare-within",
+        "checkpoint-every",
+        "grid",
+    ],  # fmt: skip
 )
 def test_an_error_names_the_file_and_line_of_its_key(tmp_path, text, line, expected):
     path = write(tmp_path / "s.yaml", text)

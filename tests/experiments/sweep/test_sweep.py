@@ -252,8 +252,15 @@ def test_bad_value_fails_before_any_run(tmp_path, tiny_spec, capsys):
         ({"grid": {"model.arch.norm": ["batchnorm"]}}, ["model.arch.norm: 'batchnorm' is not valid; choose one of"]),
     ],
     ids=[
-        "unknown-key", "cells-identical", "invalid-combination", "missing-base", "fixed-and-varied",
-        "abbreviated-fixed-key", "abbreviated-axis", "misspelt-key", "bad-choice",
+        "unknown-key",
+        "cells-identical",
+        "invalid-combination",
+        "missing-base",
+        "fixed-and-varied",
+        "abbreviated-fixed-key",
+        "abbreviated-axis",
+        "misspelt-key",
+        "bad-choice",
     ],
 )
 def test_bad_spec_fails_before_any_run(tmp_path, tiny_spec, capsys, entries, expected):
@@ -332,9 +339,14 @@ def run_folder(run_dir: Path, out: Path) -> dict[str, object]:
             found[name] = normalised(path.read_text(), out)
         elif path.suffix == ".ckpt":
             checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-            tensors = {**checkpoint["state_dict"], **{
-                f"optimizer.{i}.{k}": v for i, state in checkpoint["optimizer_states"][0]["state"].items()
-                for k, v in state.items()}}
+            tensors = {
+                **checkpoint["state_dict"],
+                **{
+                    f"optimizer.{i}.{k}": v
+                    for i, state in checkpoint["optimizer_states"][0]["state"].items()
+                    for k, v in state.items()
+                },
+            }
             found[name] = {k: v.numpy().tobytes() for k, v in tensors.items()}
         else:
             found[name] = path.stat().st_size

@@ -96,8 +96,15 @@ def test_a_forked_run_is_indistinguishable_from_a_fresh_interpreter(tmp_path, wa
     assert isinstance(hot.started[0], WarmProcess) and isinstance(cold.started[0], subprocess.Popen)
     assert warm.off is None
     assert forked == fresh
-    expected = {"normal": 0, "exit-code": 3, "exit-message": 1, "exit-large": 300 & 0xFF, "exception": 1,
-                "keyboard-interrupt": -signal.SIGINT, "thread-and-atexit": 0}
+    expected = {
+        "normal": 0,
+        "exit-code": 3,
+        "exit-message": 1,
+        "exit-large": 300 & 0xFF,
+        "exception": 1,
+        "keyboard-interrupt": -signal.SIGINT,
+        "thread-and-atexit": 0,
+    }
     assert fresh[0] == expected[ending]
     assert b"env the run's own False" in fresh[1]
     if ending == "exception":
@@ -112,8 +119,9 @@ def test_a_forked_run_gets_a_terminal_like_a_fresh_one(tmp_path, warm, monkeypat
     with open(slave, "w") as terminal:  # our stdout, as tee sees it: a terminal
         monkeypatch.setattr(sys, "stdout", terminal)
         try:
-            fresh, forked = (tee([sys.executable, str(path)], environment(), io.BytesIO(), True, Processes(w))
-                             for w in (None, warm))
+            fresh, forked = (
+                tee([sys.executable, str(path)], environment(), io.BytesIO(), True, Processes(w)) for w in (None, warm)
+            )
         finally:
             os.close(master)
     assert fresh == forked
@@ -125,7 +133,10 @@ def test_stopping_terminates_a_forked_run_gracefully(tmp_path):
     graceful stop), and its exit status comes back, as for a fresh process."""
     warm = Warm(preload=("json",))
     ready = tmp_path / "ready"
-    path = script(tmp_path, "graceful.py", f"""
+    path = script(
+        tmp_path,
+        "graceful.py",
+        f"""
         import pathlib, signal, sys, time
         def stop(signum, frame):
             print("stopping gracefully", flush=True)
@@ -133,7 +144,8 @@ def test_stopping_terminates_a_forked_run_gracefully(tmp_path):
         signal.signal(signal.SIGTERM, stop)
         pathlib.Path({str(ready)!r}).touch()
         time.sleep(60)
-    """)
+    """,
+    )
     results = {}
     for name, procs in (("fresh", Processes()), ("forked", Recording(warm))):
         ready.unlink(missing_ok=True)
@@ -158,8 +170,11 @@ def write_module(folder: Path, name: str, body: str) -> None:
 def test_a_thread_in_the_warm_process_turns_warm_starts_off_once(tmp_path, capsys):
     """Forking a process with another thread copies only one: the warm process refuses, the sweep says so
     once, and every run still runs, as a fresh process."""
-    write_module(tmp_path, "starts_a_thread", "import threading, time\nthreading.Thread(target=time.sleep, "
-                 "args=(3600,), daemon=True).start()\n")
+    write_module(
+        tmp_path,
+        "starts_a_thread",
+        "import threading, time\nthreading.Thread(target=time.sleep, args=(3600,), daemon=True).start()\n",
+    )
     warm = Warm(preload=("starts_a_thread",))
     procs = Recording(warm)
     path = script(tmp_path, "hello.py", "print('hello')")
@@ -195,10 +210,14 @@ def test_each_environment_has_its_warm_process_and_threads(tmp_path):
     2 threads numpy's OpenBLAS starts a pool at import, which stops at fork: no refusal."""
     warm = Warm(preload=("torch", "numpy"))
     procs = Recording(warm)
-    path = script(tmp_path, "threads.py", """
+    path = script(
+        tmp_path,
+        "threads.py",
+        """
         import os, numpy, torch
         print(torch.get_num_threads(), os.environ["OMP_NUM_THREADS"])
-    """)
+    """,
+    )
     try:
         for threads in ("1", "2"):
             env = {"OMP_NUM_THREADS": threads, "MKL_NUM_THREADS": threads}
@@ -295,8 +314,9 @@ def test_stopping_cancels_runs_waiting_for_the_imports(tmp_path):
     procs = Recording(warm)
     path = script(tmp_path, "hello.py", "print('hello')")
     result = {}
-    worker = threading.Thread(target=lambda: result.setdefault("run", run_script(procs, path, env={
-        "PYTHONPATH": str(tmp_path)})))
+    worker = threading.Thread(
+        target=lambda: result.setdefault("run", run_script(procs, path, env={"PYTHONPATH": str(tmp_path)}))
+    )
     start = time.monotonic()
     worker.start()
     time.sleep(1.0)  # the request waits for the imports
