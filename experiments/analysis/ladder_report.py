@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -117,6 +117,8 @@ class LadderTable:
     rows: tuple[LadderRow, ...]
     rankings: tuple[SizeRanking, ...]
     crossings: dict[str, Crossing]
+    # size -> (decision accuracy, 95% CI low, high) against the largest size; sizes with two cells or more
+    decision_accuracy: dict[str, tuple[float, float, float]] = field(default_factory=dict)
 
     def row(self, cell: str) -> LadderRow:
         return next(r for r in self.rows if r.cell == cell)
@@ -146,7 +148,46 @@ def ladder_table(analysis: Analysis, info: dict[str, Any], metric: str) -> Ladde
     crossings = {}
     if fits.get(baseline):
         crossings = {c: crossing(f, fits[baseline]) for c, f in fits.items() if c != baseline and f is not None}
-    return LadderTable(metric, names, baseline, rows, tuple(rankings), crossings)
+    return LadderTable(metric, names, baseline, rows, tuple(rankings), crossings, decision_accuracy(rows, names, sign))
+
+
+def decision_accuracy(
+    rows: tuple[LadderRow, ...], sizes: tuple[str, ...], sign: float, draws: int = 2000
+) -> dict[str, tuple[float, float, float]]:
+    """DataDecide's decision accuracy (Magnusson et al. 2025): at each size below the largest, the fraction of
+    cell pairs ranked there as at the largest size, and its 95% interval from a bootstrap over seeds (the same
+    resampled seeds for every cell at a size, so paired runs stay paired; the largest size resampled too).
+
+    Args:
+        rows: each cell's results by size.
+        sizes: the ladder's sizes, smallest first.
+        sign: 1 where lower is better, -1 where higher is.
+        draws: bootstrap resamples.
+    """
+    top, out = sizes[-1], {}
+    rng = np.random.default_rng(0)  # a fixed stream: the report is a function of the ledger
+
+    def means(size: str, cells: list[LadderRow], seeds: np.ndarray) -> np.ndarray:
+        return np.array([np.mean([r.sizes[size].values[s] for s in seeds if s in r.sizes[size].values]) for r in cells])
+
+    def agreement(small: np.ndarray, large: np.ndarray) -> float:
+        i, j = np.triu_indices(len(small), k=1)
+        return float(np.mean(np.sign(small[i] - small[j]) == np.sign(large[i] - large[j])))
+
+    for size in sizes[:-1]:
+        cells = [
+            r for r in rows if r.sizes.get(size) and r.sizes[size].values and r.sizes.get(top) and r.sizes[top].values
+        ]
+        if len(cells) < 2:
+            continue
+        seeds = {k: np.array(sorted(set().union(*(r.sizes[k].values for r in cells)))) for k in (size, top)}
+        point = agreement(sign * means(size, cells, seeds[size]), sign * means(top, cells, seeds[top]))
+        boot = [
+            agreement(*(sign * means(k, cells, rng.choice(seeds[k], len(seeds[k]))) for k in (size, top)))
+            for _ in range(draws)
+        ]
+        out[size] = (point, float(np.quantile(boot, 0.025)), float(np.quantile(boot, 0.975)))
+    return out
 
 
 def ladder_tables(analysis: Analysis, info: dict[str, Any]) -> list[LadderTable]:
@@ -208,6 +249,11 @@ def _markdown(table: LadderTable) -> str:
         ranking = " > ".join(f"`{c}`" for c in size.ranking)
         rank_rows.append(f"| {size.size} | {ranking} | {'; '.join(diffs)} |")
     lines += [f"Ranking by `{metric}` at each size:", "\n".join(rank_rows)]
+    if table.decision_accuracy:
+        shown = "; ".join(f"{size} {a:.2f} [{low:.2f}, {high:.2f}]" for size, (a, low, high) in
+                          table.decision_accuracy.items())  # fmt: skip
+        lines.append(f"Decision accuracy (DataDecide, Magnusson et al. 2025): the share of cell pairs ranked at each "
+                     f"size as at {table.sizes[-1]}, 95% CI from a bootstrap over seeds: {shown}.")  # fmt: skip
 
     base_fit = table.row(baseline).fit if any(r.cell == baseline for r in table.rows) else None
     if base_fit:

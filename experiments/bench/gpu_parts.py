@@ -277,7 +277,7 @@ def ladder(check: Check, out_dir: Path, seconds_left: float | None = None) -> di
              for row in table.rows}  # fmt: skip
     rankings = {r.size: list(r.ranking) for r in table.rankings}
     return {"report": kept.name, "metric": table.metric, "sizes": list(table.sizes), "cells": cells,
-            "rankings": rankings}  # fmt: skip
+            "rankings": rankings, "decision_accuracy": table.decision_accuracy}  # fmt: skip
 
 
 @contextlib.contextmanager

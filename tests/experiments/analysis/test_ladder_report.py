@@ -90,3 +90,21 @@ def test_the_ladder_results_are_data_a_caller_reads_without_the_markdown(tmp_pat
     assert rankings["d192"].differences["act=swiglu"].diff < 0  # better than the baseline at the largest size
     assert 3e4 < table.crossings["act=swiglu"].n < 3e5
     assert ladder_results(tmp_path.parent) == []  # no sweep.json with a ladder
+
+
+def test_decision_accuracy_is_the_share_of_pairs_ranked_as_at_the_top():
+    from experiments.analysis.ladder_report import LadderRow, SizeResult, decision_accuracy
+
+    def row(cell, small, top):  # three seeds, no noise: the bootstrap interval is the point
+        at = lambda v: SizeResult({s: v for s in (0, 1, 2)}, 1.0, 1.0)  # noqa: E731
+        return LadderRow(cell, {"d64": at(small), "d128": at(top)}, None)
+
+    rows = (row("a", 1.0, 1.0), row("b", 3.0, 2.0), row("c", 2.0, 3.0))  # b and c swap between the sizes
+    assert decision_accuracy(rows, ("d64", "d128"), 1.0) == {"d64": (2 / 3, 2 / 3, 2 / 3)}
+    assert decision_accuracy(rows, ("d64", "d128"), -1.0)["d64"][0] == 2 / 3  # higher is better: same pairs
+    assert decision_accuracy(rows[:1], ("d64", "d128"), 1.0) == {}  # one cell: no pair to rank
+
+    b = {"d64": SizeResult({0: 0.5, 1: 1.5, 2: 1.4}, 1, 1), "d128": SizeResult({0: 2.0, 1: 2.0, 2: 2.0}, 1, 1)}
+    noisy = (row("a", 1.0, 1.0), LadderRow("b", b, None))
+    point, low, high = decision_accuracy(noisy, ("d64", "d128"), 1.0)["d64"]
+    assert point == 1.0 and low == 0.0 and high == 1.0  # a seed draw of b's 0.5 alone ranks b first: seed noise shows
