@@ -28,7 +28,7 @@ if workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
 # longest first (`--durations`). `make test` hands whole files to its workers (`--dist loadfile`: a file's
 # fixtures are built once), and these go first so that the suite does not end waiting on one of them.
 LONG_FILES_FIRST = (
-    "test_sweep.py",
+    "test_sweep_runs.py",
     "test_ddp.py",
     "test_tuned_sweep.py",
     "test_slurm_cluster.py",

@@ -322,30 +322,3 @@ def seq2seq_reference(case: str, **config) -> nn.Module:
             for stack in (ref.model.encoder, ref.model.decoder):
                 stack.embed_tokens.weight.copy_(ref.model.shared.weight)
     return ref
-
-
-# ------------------------------------------------------------------------------------------------
-# timm VisionTransformer -> ViT
-
-VIT_CASES = {
-    "vit-cls-token": (
-        dict(img_size=16, patch_size=4, embed_dim=32, depth=2, num_heads=4, mlp_ratio=2.0, num_classes=7),
-        "cls",
-    ),
-    "vit-avg-fc_norm-no_qkv_bias": (
-        dict(
-            img_size=12,
-            patch_size=4,
-            in_chans=1,
-            embed_dim=48,
-            depth=2,
-            num_heads=3,
-            mlp_ratio=1.5,
-            num_classes=5,
-            class_token=False,
-            global_pool="avg",
-            qkv_bias=False,
-        ),
-        "mean",
-    ),
-}

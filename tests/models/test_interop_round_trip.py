@@ -16,13 +16,13 @@ from tests.models.interop_cases import (  # noqa: E402
     DECODER_CASES,
     SEQ2SEQ_CASES,
     T5_CASES,
-    VIT_CASES,
     _ids,
     _max_diff,
     _perturb,
     seq2seq_reference,
 )
 from tests.models.interop_export_cases import TOL, _assert_same_outputs  # noqa: E402
+from tests.models.interop_vit_cases import VIT_CASES  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------
 # reference -> suite -> reference

@@ -11,7 +11,8 @@ transformers = pytest.importorskip("transformers")
 timm_vit = pytest.importorskip("timm.models.vision_transformer")
 
 from models.interop import CONVERTERS, from_reference  # noqa: E402
-from tests.models.interop_cases import SMALL_GQA, TOL, VIT_CASES, _max_diff, _perturb  # noqa: E402
+from tests.models.interop_cases import SMALL_GQA, TOL, _max_diff, _perturb  # noqa: E402
+from tests.models.interop_vit_cases import VIT_CASES  # noqa: E402
 
 # ------------------------------------------------------------------------------------------------
 # timm VisionTransformer -> ViT

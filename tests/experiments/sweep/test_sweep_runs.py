@@ -1,7 +1,7 @@
-"""`cli.py sweep`: a real tiny sweep, a sweep killed mid-run and resumed, divergence and failure as
-outcomes, `--rerun`, spec errors before any run, `--dry-run`, two sweeps sharing a folder, the
-`local` launcher (submitit) against the in-process pool, and warm runs (the pool's default) against
-fresh processes (`--no-warm`)."""
+"""`cli.py sweep` running real tiny sweeps: what a sweep writes, a sweep killed mid-run and resumed,
+divergence and failure as outcomes, `--rerun`, two sweeps sharing a folder, the `local` launcher
+(submitit) against the in-process pool, and warm runs (the pool's default) against fresh processes
+(`--no-warm`). Spec errors and `--dry-run`, which run nothing, are in test_sweep_spec_checks.py."""
 
 from __future__ import annotations
 
@@ -22,25 +22,14 @@ import yaml
 
 from contract.run_record import read_run_record
 from experiments.sweep import run_sweep
-from experiments.sweep.spec import SpecError, load_spec
 from experiments.sweep.warm import Warm, WarmProcess
+from tests.experiments.sweep.sweep_outputs import by_run, read_rows, run_folder
 from tools import sweep
 
 ROOT = Path(__file__).resolve().parents[3]
 METRICS = ("val/loss", "val/loss@16", "val/loss@32", "val/ppl", "val/bpt", "train/loss")
 CELLS = ("pos_encoding=learned", "pos_encoding=alibi")
 THREADS = ["--threads", "1"]  # a tiny model on a shared machine: one thread is fastest, and equal in both sweeps
-
-
-def read_rows(out: Path) -> list[dict[str, str]]:
-    with (out / "results.csv").open(newline="") as f:
-        return list(csv.DictReader(f))
-
-
-def by_run(rows: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, str]]:
-    keyed = {(r["cell"], r["seed"]): r for r in rows}
-    assert len(keyed) == len(rows), "duplicate rows in results.csv"
-    return keyed
 
 
 def record_warm_starts(patch: pytest.MonkeyPatch) -> list:
@@ -224,81 +213,6 @@ def test_rerun_moves_old_runs_aside_and_runs_them_again(main_sweep, tmp_path, ca
         assert after[key] == before[key]
 
 
-def test_bad_value_fails_before_any_run(tmp_path, tiny_spec, capsys):
-    spec = tiny_spec(tmp_path / "spec.yaml", grid={"model.arch.pos_encoding": ["learned", "sinusoidl"]})
-    assert sweep.main([str(spec), "--out", str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err
-    assert "pos_encoding" in err and "sinusoidl" in err and "'alibi'" in err and "'rope'" in err
-    assert not (tmp_path / "out").exists()
-
-
-@pytest.mark.parametrize(
-    "entries, expected",
-    [
-        ({"grid": {"model.arch.norm": ["layernorm"]}, "sweeps": 1}, ["sweeps", "valid keys", "grid"]),
-        ({"cells": [{"model.optim.lr": 0.003}, {"name": "tiny_default"}]}, ["same configuration", "tiny_default"]),
-        ({"grid": {"model.arch.n_heads": [3]}}, ["n_heads", "divisible"]),
-        ({"grid": {"model.arch.norm": ["layernorm"]}, "base": ["configs/gpt/nope.yaml"]}, ["not found", "nope.yaml"]),
-        ({"grid": {"trainer.max_steps": [5]}}, ["fixed and varied", "trainer.max_steps"]),
-        (
-            {"grid": {"model.arch.norm": ["layernorm"]}, "more_fixed": {"trainer.max_step": 5}},
-            ["trainer.max_step: unknown key; did you mean trainer.max_steps? (keys are not abbreviated)"],
-        ),
-        (
-            {"grid": {"model.arch.pos_enc": ["rope"]}},
-            ["model.arch.pos_enc: unknown key; did you mean model.arch.pos_encoding?"],
-        ),
-        ({"grid": {"data.batch_sise": [4]}}, ["data.batch_sise: unknown key; did you mean data.batch_size?"]),
-        ({"grid": {"model.arch.norm": ["batchnorm"]}}, ["model.arch.norm: 'batchnorm' is not valid; choose one of"]),
-    ],
-    ids=[
-        "unknown-key",
-        "cells-identical",
-        "invalid-combination",
-        "missing-base",
-        "fixed-and-varied",
-        "abbreviated-fixed-key",
-        "abbreviated-axis",
-        "misspelt-key",
-        "bad-choice",
-    ],
-)
-def test_bad_spec_fails_before_any_run(tmp_path, tiny_spec, capsys, entries, expected):
-    spec = tiny_spec(tmp_path / "spec.yaml", **entries)
-    assert sweep.main([str(spec), "--out", str(tmp_path / "out")]) == 2
-    err = capsys.readouterr().err
-    assert all(word in err for word in expected), err
-    # one line, said once; nothing written: no ledger or sweep.json keeps a misspelt key
-    assert err.count("error:") == 1 and len(err.strip().splitlines()) == 1 and "Traceback" not in err, err
-    assert not (tmp_path / "out").exists()
-
-
-def test_dry_run_prints_one_command_per_run(tmp_path, tiny_spec, capsys):
-    spec = tiny_spec(tmp_path / "spec.yaml", grid={"model.arch.pos_encoding": ["rope", "alibi", "none"]}, seeds=[3, 4])
-    assert sweep.main([str(spec), "--out", str(tmp_path / "out"), "--dry-run", "--jobs", "2"]) == 0
-    lines = capsys.readouterr().out.strip().splitlines()
-    assert len(lines) == 6
-    for line in lines:
-        assert line.startswith("cd ") and "OMP_NUM_THREADS=" in line and " cli.py fit -c configs/gpt/base.yaml" in line
-        assert " SUITE_PROGRESS=lines " in line  # progress lines, not a bar, in every run's log
-    assert sum("--seed_everything=4" in line and "--data.init_args.seed=4" in line for line in lines) == 3
-    assert not (tmp_path / "out").exists()
-
-
-def test_cell_names_are_short_and_unique(tmp_path, tiny_spec):
-    grid = {"model.optim.lr": [0.001, "1e-2"], "model.arch.norm": ["rmsnorm"], "trainer.gradient_clip_val": [0.5]}
-    spec = load_spec(tiny_spec(tmp_path / "spec.yaml", grid=grid, baseline={"model.optim.lr": "1e-2"}))
-    assert [c.name for c in spec.cells] == [
-        "lr=0.001,norm=rmsnorm,gradient_clip_val=0.5",
-        "lr=1e-2,norm=rmsnorm,gradient_clip_val=0.5",
-    ]
-    assert spec.baseline == "lr=1e-2,norm=rmsnorm,gradient_clip_val=0.5"
-    with pytest.raises(SpecError, match="several cells"):
-        load_spec(
-            tiny_spec(tmp_path / "spec.yaml", grid={"model.optim.lr": [1, 2], "x.y": [1, 2]}, baseline={"x.y": 1})
-        )
-
-
 def test_local_launcher_matches_the_pool(main_sweep, tiny_spec, tmp_path):
     """submitit's LocalExecutor jobs run the same commands as the pool: the same ledger, number for number."""
     _, main_out = main_sweep
@@ -316,41 +230,6 @@ def test_local_launcher_matches_the_pool(main_sweep, tiny_spec, tmp_path):
         assert {c: row[c] for c in columns} == {c: pool[key][c] for c in columns}, key
     assert len(list((out / "_submitit").glob("*_0_log.out"))) == 2  # one job per run
     assert not list(out.rglob("claim.json")) and not list(out.rglob("outcome.json"))
-
-
-def normalised(text: str, out: Path) -> str:
-    """A run's text without what differs between two identical runs: times and the sweep folder."""
-    text = re.sub(r"elapsed \d+m\d+s", "elapsed T", text.replace(str(out), "DIR"))
-    return re.sub(r"(?m)^=== [\d: -]+ ", "=== T ", text)
-
-
-def run_folder(run_dir: Path, out: Path) -> dict[str, object]:
-    """Each file of a run folder: text normalised, a checkpoint's tensors as bytes, else the size (event
-    files, named by kind: their names hold host and time). git.diff is left out: it is the tree's patch
-    at that moment, which other edits may change."""
-    import torch
-
-    found: dict[str, object] = {}
-    for path in sorted(run_dir.rglob("*")):
-        name = re.sub(r"events\.out\.tfevents\..*", "events", str(path.relative_to(run_dir)))
-        if not path.is_file() or path.name == "git.diff":
-            continue
-        if path.suffix in (".yaml", ".json", ".log"):
-            found[name] = normalised(path.read_text(), out)
-        elif path.suffix == ".ckpt":
-            checkpoint = torch.load(path, map_location="cpu", weights_only=False)
-            tensors = {
-                **checkpoint["state_dict"],
-                **{
-                    f"optimizer.{i}.{k}": v
-                    for i, state in checkpoint["optimizer_states"][0]["state"].items()
-                    for k, v in state.items()
-                },
-            }
-            found[name] = {k: v.numpy().tobytes() for k, v in tensors.items()}
-        else:
-            found[name] = path.stat().st_size
-    return found
 
 
 def test_warm_runs_match_fresh_processes(main_sweep, tiny_spec, tmp_path, monkeypatch):
