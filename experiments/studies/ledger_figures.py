@@ -2,7 +2,7 @@
 and spelled as the READMEs spell them: a cell's per-seed values, their mean, median and spread, and
 paired differences by seed (`scipy.stats.ttest_rel`, as the ledger one-liner of the studies index).
 
-The table scripts build their tables from these, and `tests/experiments/studies/test_readme_figures.py`
+The table scripts build their tables from these, and `tests/experiments/studies/test_readme_quotes.py`
 checks every figure it declares against the README that quotes it, so a README cannot drift from its
 ledger. Numbers are computed from the ledger's full-precision values, never from rounded ones.
 """

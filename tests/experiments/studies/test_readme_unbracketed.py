@@ -2,7 +2,7 @@
 sits at an end of what their search tried (`CellSearch.unbracketed`), where a better value may lie beyond and every
 comparison touching them is inconclusive by the bracketing rule. Each README that reports such a sweep states the
 list as `Unbracketed in `FOLDER`: `cell`, ...` (or `none`), and the studies index spells the ladders' lists in
-words; both are recomputed here from the committed ledgers, beside `test_readme_figures.py`'s figures."""
+words; both are recomputed here from the committed ledgers, beside `test_readme_quotes.py`'s figures."""
 
 from __future__ import annotations
 

@@ -141,7 +141,7 @@ def test_killed_in_each_phase_and_resumed_ends_with_the_same_ledger(tuned_sweep,
                 assert float(row[metric]) == pytest.approx(float(expected[key][metric]), rel=1e-5), (key, metric)
 
 
-@pytest.mark.slow  # the claims are the plain sweep's (test_sweep.py: concurrent sweeps); make test-all
+@pytest.mark.slow  # the claims are the plain sweep's (test_sweep_runs.py: concurrent sweeps); make test-all
 def test_two_tuned_sweeps_on_one_folder_train_each_run_once(tuned_sweep, tiny_spec, tmp_path):
     spec = tuned_spec(tiny_spec, tmp_path / "spec.yaml")
     out = tmp_path / "out"

@@ -4,7 +4,7 @@ fork-safety guard, the code-change check and a dead warm process fall back or fa
 
 Most warm processes here preload only the standard library (fast); two tests import torch. The
 sweep-level checks (identical results.csv, run.log and run files, warm vs `--no-warm`; SIGTERM and
-resume) are in test_sweep.py."""
+resume) are in test_sweep_runs.py."""
 
 from __future__ import annotations
 
