@@ -20,7 +20,7 @@ from typing import Any
 
 from contract.files import write_atomic
 from contract.run_folder import TEST_STAGE
-from contract.run_record import RUN_DIAGNOSTICS, RUN_STATS, read_run_record
+from contract.run_record import RUN_DIAGNOSTICS, RUN_STATS, RunRecordError, read_run_record
 from experiments.records.values import format_value
 
 HEAD = ("cell", "seed", "status")
@@ -74,7 +74,10 @@ def collect_row(
     """
     from experiments.records.events import read_scalars  # TensorBoard: only where rows are made, not in jobs
 
-    record = read_run_record(run_dir)  # None: the run never reached fit
+    try:
+        record = read_run_record(run_dir)  # None: the run never reached fit
+    except RunRecordError:  # unreadable (its outcome, failed, says why): the row keeps what the events hold
+        record = None
     scalars = read_scalars(run_dir)
     last_step = max((max(points) for points in scalars.curves.values() if points), default=None)
     row = {"cell": cell, "seed": str(seed), "status": status}

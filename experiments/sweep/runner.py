@@ -10,6 +10,7 @@ and left unrecorded (that process's sweep records it).
 
 from __future__ import annotations
 
+import functools
 import json
 import os
 import re
@@ -17,12 +18,13 @@ import shutil
 import signal
 import time
 import zipfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import BinaryIO, Literal
 
 from contract.files import write_json_atomic
 from contract.run_folder import DONE, FAILED, FINISHED, RUN_LOG
-from contract.run_record import read_run_record
+from contract.run_record import RunRecordError, read_run_record
 from experiments.records.ledger import Ledger
 from experiments.sweep.claims import CLAIM_NAME
 from experiments.sweep.processes import Processes, tee
@@ -51,6 +53,21 @@ def checkpoint_ok(run: Run) -> bool:
     return run.checkpoint.is_file() and zipfile.is_zipfile(run.checkpoint)
 
 
+def unreadable_record_fails(read: Callable[..., Outcome | None]) -> Callable[..., Outcome | None]:
+    """A `run.json` this code cannot read (another schema version, a hand-edited file) makes the run failed with
+    that one line: the sweep goes on, and nothing in the folder is cleared (`--retry-failed` runs it again)."""
+
+    @functools.wraps(read)
+    def guarded(*args, **kwargs) -> Outcome | None:
+        try:
+            return read(*args, **kwargs)
+        except RunRecordError as err:
+            return Outcome(FAILED, str(err))
+
+    return guarded
+
+
+@unreadable_record_fails
 def finished_outcome(run: Run) -> Outcome | None:
     """How the run's last attempt ended, from its folder: `run.json` (done, diverged), else a job's
     `outcome.json` (failed); None when it has not ended (never ran, interrupted, or running)."""
@@ -104,6 +121,7 @@ def error_line(output: str, limit: int = 500) -> str:
     return lines[-1] if lines else ""
 
 
+@unreadable_record_fails
 def run_outcome(run: Run, returncode: int, output: str) -> Outcome:
     """Reads the outcome from `run.json`; a run that did not finish there failed."""
     record = read_run_record(run.dir)
@@ -136,6 +154,7 @@ def prepare(run: Run, action: Action) -> None:
     record_attempt(run.dir, run.sweep_dir, action)
 
 
+@unreadable_record_fails
 def attempt(run: Run, action: Action, echo: bool, procs: Processes, log_name: str = RUN_LOG) -> Outcome:
     """Runs (or resumes) a prepared run to its end, its output appended to `log_name` in its folder.
 
