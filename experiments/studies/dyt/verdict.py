@@ -6,7 +6,8 @@ learning-rate search ended at its grid's edge is inconclusive by the bracketing 
     python -m experiments.studies.dyt.verdict experiments/studies/dyt/results/dyt_gpt \
 experiments/studies/dyt/results/dyt_vit [experiments/studies/dyt/results/dyt_vit_wide ...]
 
-Folders after the first two are post hoc sweeps of either family (`dyt_vit_wide.yaml`, `dyt_gpt_wide.yaml`: the
+`--out FILE` writes the verdict there instead of the first folder's `verdict.md` (a re-run's verdict beside its
+ledger: `dyt_vit_rerun.yaml` is read as the ViT's folder). Folders after the first two are post hoc sweeps of either family (`dyt_vit_wide.yaml`, `dyt_gpt_wide.yaml`: the
 same cells over a wider learning-rate search; the family is the one whose DyT cells the sweep has), read by the
 same rule and labelled post hoc; they never change the pre-registered lines.
 """
@@ -93,12 +94,14 @@ def verdicts(gpt_dir: Path, vit_dir: Path, *post_hoc_dirs: Path) -> list[str]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    args = sys.argv[1:] if argv is None else argv
+    args = list(sys.argv[1:] if argv is None else argv)
+    out = Path(args.pop(args.index("--out") + 1)) if "--out" in args else None
+    args = [a for a in args if a != "--out"]
     if len(args) < 2:
         print(__doc__)
         return 2
     text = "\n".join(verdicts(*map(Path, args))) + "\n"
-    (Path(args[0]) / "verdict.md").write_text(text)
+    (out or Path(args[0]) / "verdict.md").write_text(text)
     print(text)
     return 0
 
