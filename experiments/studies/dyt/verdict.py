@@ -9,8 +9,8 @@ experiments/studies/dyt/results/dyt_vit [experiments/studies/dyt/results/dyt_vit
 `--out FILE` writes the verdict there instead of the first folder's `verdict.md` (a re-run's verdict beside its
 ledger: `dyt_vit_rerun.yaml` is read as the ViT's folder). Folders after the first two are post hoc sweeps of either
 family (`dyt_vit_wide.yaml`, `dyt_gpt_wide.yaml`: the same cells over a wider learning-rate search; the family is
-the one whose DyT cells the sweep has), read by the same rule and labelled post hoc; they never change the pre-
-registered lines.
+the one whose DyT cells the sweep has), read by the same rule and labelled post hoc; they never change the
+pre-registered lines.
 """
 
 from __future__ import annotations
