@@ -38,6 +38,7 @@ TOOLS = {
     "export": "tools.export",
     "samples": "tools.samples",
     "prepare": "tools.prepare",
+    "parametrization": "tools.parametrization",
 }
 
 

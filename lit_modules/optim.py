@@ -8,6 +8,7 @@ from dataclasses import dataclass
 import torch
 from torch import nn
 
+from models.base import TransformerModel
 from models.config import ConfigError
 from models.positional import PositionalScheme
 
@@ -74,6 +75,26 @@ def parameter_groups(model: nn.Module, weight_decay: float, positional_lr: float
     return groups + [{"params": own, "weight_decay": 0.0, "lr": positional_lr}] if own else groups
 
 
+def parametrized_groups(groups: list[dict], model: nn.Module, lr: float, eps: float) -> list[dict]:
+    """`groups` split by the parametrization's factors on each parameter's lr, Adam ε and weight decay
+    (`TransformerModel.optimizer_factors`: µP's η/m_N for hidden matrices, ...); under `sp` every factor is 1 and
+    the groups are returned as they are. A model holding no suite model (a bare module) keeps its groups."""
+    suite = next((m for m in model.modules() if isinstance(m, TransformerModel)), None)
+    factors = suite.optimizer_factors() if suite is not None else {}
+    split = []
+    for group in groups:
+        by_factors: dict[tuple[float, float, float], list] = {}
+        for p in group["params"]:
+            by_factors.setdefault(factors.get(id(p), (1.0, 1.0, 1.0)), []).append(p)
+        if set(by_factors) <= {(1.0, 1.0, 1.0)}:
+            split.append(group)
+            continue
+        for (f_lr, f_eps, f_decay), params in by_factors.items():
+            split.append(group | {"params": params, "lr": group.get("lr", lr) * f_lr, "eps": eps * f_eps,
+                                  "weight_decay": group["weight_decay"] * f_decay})  # fmt: skip
+    return split
+
+
 def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
     """Multiplier of the peak lr at `step`."""
     if step < warmup_steps:
@@ -105,7 +126,8 @@ def adamw_kernel(fused: bool, precision: str) -> dict[str, bool]:
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig, total_steps: int, precision: str = "32-true"):
-    """AdamW over `parameter_groups` and the warmup-cosine schedule (stepped once per optimiser step).
+    """AdamW over `parameter_groups` (split by the model's parametrization) and the warmup-cosine schedule
+    (stepped once per optimiser step).
 
     Args:
         model: the parameters to optimise.
@@ -114,8 +136,9 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, total_steps: int, precis
         precision: the Trainer's precision, which picks AdamW's implementation (`adamw_kernel`).
     """
     positional_lr = cfg.lr * cfg.positional_lr_scale if cfg.positional_lr_scale != 1 else None
+    groups = parameter_groups(model, cfg.weight_decay, positional_lr)
     optimizer = torch.optim.AdamW(
-        parameter_groups(model, cfg.weight_decay, positional_lr),
+        parametrized_groups(groups, model, cfg.lr, cfg.eps),
         lr=cfg.lr,
         betas=cfg.betas,
         eps=cfg.eps,

@@ -98,7 +98,7 @@ class Attention(nn.Module):
         qk_norms = build_qk_norms(cfg, q_dim, kv_dim)
         self.q_norm, self.k_norm = qk_norms if qk_norms is not None else (None, None)
         self.qk_norm_per_head = cfg.qk_norm_scope == "head"
-        self.scale = cfg.attn_scale
+        self.scale = cfg.attention_scale  # None: SDPA's 1/sqrt(head_dim)
         self.dropout = cfg.dropout
         self.bias_backward = cfg.bias_backward
         self.attn_softcap = cfg.attn_softcap

@@ -33,4 +33,4 @@ class BertMLM(TransformerModel):
         """input_ids (B, T), attention_mask (B, T) with 1 = token, 0 = padding -> logits (B, T, V)."""
         h = self.stack(self.tok(input_ids), attention_mask=attention_mask)
         h = self.head_norm(F.gelu(self.head_dense(h), approximate=self.cfg.gelu_approximate))
-        return softcap(self.lm_head(h), self.cfg.logit_softcap)
+        return softcap(self.lm_head(self.readout_input(h)), self.cfg.logit_softcap)

@@ -9,6 +9,7 @@ from torch import Tensor, nn
 from torch.utils.checkpoint import checkpoint
 
 from .attention import Attention, KVCache
+from .base import scaled
 from .config import ArchConfig, NormPlacement
 from .ffn import FeedForward
 from .norms import build_norm
@@ -33,10 +34,13 @@ class Block(nn.Module):
     Placement is data (`PLACEMENTS`): `pre` is x + f(norm(x)) (the stack adds a final norm), `post` the
     original norm(x + f(x)) of Vaswani et al., `peri` x + norm'(f(norm(x))) (Gemma 2's sandwich, Peri-LN:
     a second norm per sublayer, `*_out_norm`) and `reordered` OLMo 2's x + norm(f(x)). `drop_path` is this
-    block's stochastic-depth rate: each branch's output is zeroed per sample with that probability in training.
+    block's stochastic-depth rate: each branch's output is zeroed per sample with that probability in training;
+    `residual_scale` multiplies each branch's output (CompleteP's 1/m_L).
     """
 
-    def __init__(self, cfg: ArchConfig, cross_attention: bool = False, drop_path: float = 0.0):
+    def __init__(
+        self, cfg: ArchConfig, cross_attention: bool = False, drop_path: float = 0.0, residual_scale: float = 1.0
+    ):
         super().__init__()
         self.placement = cfg.norm_placement
         peri = cfg.norm_placement == "peri"
@@ -49,9 +53,10 @@ class Block(nn.Module):
         self.ffn_out_norm = build_norm(cfg) if peri else None
         self.drop = nn.Dropout(cfg.dropout)
         self.drop_path = _drop_path(drop_path)
+        self.residual_scale = residual_scale  # CompleteP's 1/m_L (models.parametrization); 1 otherwise
 
     def _branch(self, h: Tensor) -> Tensor:
-        return self.drop_path(self.drop(h))
+        return scaled(self.drop_path(self.drop(h)), self.residual_scale)
 
     def forward(self, x: Tensor, ctx: StackContext, layer: int) -> Tensor:
         residual = PLACEMENTS[self.placement]
@@ -132,8 +137,11 @@ class TransformerStack(nn.Module):
         self.pos = positional if positional is not None else build_positional(cfg, causal)
         self.embed_norm = build_norm(cfg) if cfg.normalizes_embeddings else nn.Identity()
         self.drop = nn.Dropout(cfg.dropout)
-        rates = drop_path_rates(cfg.drop_path, n_layers or cfg.n_layers)
-        self.blocks = nn.ModuleList(Block(cfg, cross_attention, rate) for rate in rates)
+        depth = n_layers or cfg.n_layers
+        residual_scale = cfg.scheme.residual(cfg.width_mult, cfg.depth_mult(depth))
+        self.blocks = nn.ModuleList(
+            Block(cfg, cross_attention, rate, residual_scale) for rate in drop_path_rates(cfg.drop_path, depth)
+        )
         self.activation_checkpointing = cfg.activation_checkpointing
         self.rope_layers = frozenset(cfg.rope_layers) if cfg.rope_layers is not None else None
         self.final_norm = build_norm(cfg) if final_norm and cfg.final_norm else nn.Identity()

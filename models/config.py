@@ -11,7 +11,9 @@ from typing import Literal, get_args
 from contract.errors import ConfigError  # noqa: F401  (re-exported: every config check raises it)
 from contract.labels import IGNORE_INDEX  # noqa: F401  (re-exported: the models compute the loss with it)
 
-PosEncoding = Literal["sinusoidal", "learned", "rope", "alibi", "t5", "none"]
+from .parametrization import PARAMETRIZATIONS, Parametrization, Scheme
+from .positional_facts import POSITIONAL_FACTS, PosEncoding, PositionalFacts  # re-exported
+
 NormName = Literal["layernorm", "rmsnorm", "dyt"]
 NormPlacement = Literal["pre", "post", "peri", "reordered"]
 QKNormName = Literal["none", "layernorm", "rmsnorm"]
@@ -22,34 +24,6 @@ BiasBackward = Literal["blockwise", "math"]
 SinusoidalLayout = Literal["interleaved", "halves"]
 
 GATED_ACTIVATIONS = ("swiglu", "geglu")
-
-
-@dataclass(frozen=True)
-class PositionalFacts:
-    """What the suite knows about a positional scheme without building it (and without torch).
-
-    `models/positional.py` attaches each scheme's facts to its class; the longest position a built
-    scheme supports is its `max_positions` (it depends on the config).
-
-    Args:
-        scales_embeddings: by default (`scale_embeddings=None`) token embeddings are multiplied by
-            sqrt(d_model), as the scheme's authors did (Vaswani et al. 2017 §3.4).
-        vit_form: ViT has a form of it over its tokens (`sinusoidal` is the 2-D sin-cos table).
-    """
-
-    scales_embeddings: bool = False
-    vit_form: bool = False
-
-
-POSITIONAL_FACTS: dict[PosEncoding, PositionalFacts] = {
-    "sinusoidal": PositionalFacts(scales_embeddings=True, vit_form=True),
-    "learned": PositionalFacts(vit_form=True),
-    "rope": PositionalFacts(),
-    "alibi": PositionalFacts(),
-    "t5": PositionalFacts(),
-    "none": PositionalFacts(vit_form=True),
-}
-assert set(POSITIONAL_FACTS) == set(get_args(PosEncoding))
 
 
 def _choices(literal) -> str:
@@ -152,6 +126,13 @@ class ArchConfig:
             the block's activations in the backward pass (Chen et al. 2016): about one more forward
             per step for less activation memory. Training only (not in evaluation or with a KV
             cache); gradients are the same as without it, dropout included (its RNG state is replayed).
+        parametrization: how init, forward multipliers and per-parameter Adam settings scale with width and
+            depth (`models.parametrization`, whose table the README prints): `sp` (standard), `mup` (µP: Yang et
+            al. 2022) or `completep` (µP plus CompleteP's depth rules, α = 1: Dey et al. 2025); under the latter
+            two a learning rate tuned at the base shape holds at every width (and depth).
+        base_width: the d_model that `mup`/`completep` are relative to (m_N = d_model / base_width); `None`
+            means d_model (m_N = 1: the model is its own base).
+        base_depth: the depth `completep` is relative to (m_L = a stack's depth / base_depth); `None`: n_layers.
         bias_backward: how attention applies a relative score bias (ALiBi, T5): `blockwise` keeps it
             per distance and applies it per block of queries, forward and backward (flex_attention on
             CUDA; `models.relative_bias`; no (B, H, T, T) tensor); `math` builds the dense mask for
@@ -198,6 +179,9 @@ class ArchConfig:
     bias_backward: BiasBackward = "blockwise"
     dyt_alpha: float = 0.5
     dyt_alpha_attention: float | None = None
+    parametrization: Parametrization = "sp"
+    base_width: int | None = None
+    base_depth: int | None = None
     qk_norm: QKNormName = "none"
     qk_norm_scope: QKNormScope = "projection"
     attn_softcap: float | None = None
@@ -214,16 +198,23 @@ class ArchConfig:
             ("sinusoidal_layout", SinusoidalLayout),
             ("qk_norm", QKNormName),
             ("qk_norm_scope", QKNormScope),
+            ("parametrization", Parametrization),
         ):
             value = getattr(self, name)
             if value not in get_args(literal):
                 raise ConfigError(f"{name}={value!r} is not valid; choose one of {_choices(literal)}")
         # None: max_seq_len is taken from the data, a stack depth is n_layers
-        optional = ("max_seq_len", "n_encoder_layers", "n_decoder_layers")
+        optional = ("max_seq_len", "n_encoder_layers", "n_decoder_layers", "base_width", "base_depth")
         set_sizes = tuple(name for name in optional if getattr(self, name) is not None)
         for name in ("vocab_size", "d_model", "n_layers", "n_heads", "ffn_multiple_of", *set_sizes):
             if getattr(self, name) < 1:
                 raise ConfigError(f"{name}={getattr(self, name)} must be a positive integer")
+        for name, needs in (("base_width", ("mup", "completep")), ("base_depth", ("completep",))):
+            if getattr(self, name) is not None and self.parametrization not in needs:
+                raise ConfigError(
+                    f"{name}={getattr(self, name)} has no effect under parametrization={self.parametrization!r}; "
+                    f"set parametrization to {' or '.join(map(repr, needs))}, or drop {name}"
+                )
         if self.learned_pos_offset < 0:
             raise ConfigError(f"learned_pos_offset={self.learned_pos_offset} must be 0 or more (BART uses 2)")
         if self.d_model % self.n_heads:
@@ -318,4 +309,30 @@ class ArchConfig:
     @property
     def embed_scale(self) -> float:
         scale = self.positional.scales_embeddings if self.scale_embeddings is None else self.scale_embeddings
-        return self.d_model**0.5 if scale else 1.0
+        return self.embed_width**0.5 if scale else 1.0
+
+    @property
+    def scheme(self) -> Scheme:
+        """The rules of `parametrization`."""
+        return PARAMETRIZATIONS[self.parametrization]
+
+    @property
+    def width_mult(self) -> float:
+        """m_N: d_model over the base width (1 under `sp`)."""
+        return self.d_model / (self.base_width or self.d_model)
+
+    def depth_mult(self, depth: int) -> float:
+        """m_L of a stack of `depth` blocks (1 unless `completep` with a `base_depth`)."""
+        return depth / (self.base_depth or depth)
+
+    @property
+    def embed_width(self) -> int:
+        """The width whose square root scales a scaled token table (`embed_scale`, the learned gain's start)."""
+        return self.base_width or self.d_model if self.scheme.base_width_embeddings else self.d_model
+
+    @property
+    def attention_scale(self) -> float | None:
+        """The attention score scale: `attn_scale`, else 1/d_head under µP, else None (SDPA's 1/√d_head)."""
+        if self.attn_scale is not None or self.scheme.attention_exponent == 0.5:
+            return self.attn_scale
+        return self.head_dim**-self.scheme.attention_exponent

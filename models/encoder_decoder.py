@@ -33,7 +33,7 @@ class EncoderDecoder(TransformerModel):
 
     def decode(self, tgt_ids: Tensor, memory: Tensor, src_attention_mask=None, cache: KVCache | None = None) -> Tensor:
         h = self.decoder(self.tok(tgt_ids), memory=memory, memory_mask=src_attention_mask, cache=cache)
-        return softcap(self.lm_head(h), self.cfg.logit_softcap)
+        return softcap(self.lm_head(self.readout_input(h)), self.cfg.logit_softcap)
 
     def forward(self, src_ids: Tensor, tgt_ids: Tensor, src_attention_mask: Tensor | None = None) -> Tensor:
         """src_ids (B, S), tgt_ids (B, T) decoder inputs -> logits (B, T, vocab)."""

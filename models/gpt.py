@@ -38,7 +38,8 @@ class GPT(TransformerModel):
 
     def forward(self, input_ids: Tensor, cache: KVCache | None = None) -> Tensor:
         """input_ids (B, T) -> logits (B, T, vocab)."""
-        return softcap(self.lm_head(self.stack(self.tok(input_ids), cache=cache)), self.cfg.logit_softcap)
+        h = self.stack(self.tok(input_ids), cache=cache)
+        return softcap(self.lm_head(self.readout_input(h)), self.cfg.logit_softcap)
 
     @torch.no_grad()
     def generate(

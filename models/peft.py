@@ -157,6 +157,8 @@ class Adapter(nn.Module):
     """h + up(drop(gelu(down(h)))): a bottleneck on a sublayer's output, before its residual add.
     `up` starts at zero, so a new adapter is the identity and fine-tuning starts from the base model."""
 
+    parametrization_role = "adapter"  # its rank does not grow with width: base settings (models.parametrization)
+
     def __init__(self, d_model: int, size: int, dropout: float):
         super().__init__()
         self.down, self.up = nn.Linear(d_model, size), nn.Linear(size, d_model)

@@ -165,6 +165,7 @@ class ViT(TransformerModel):
     """
 
     head_modules = ("head",)  # what a fine-tune may replace or train alone (models/peft.py)
+    readout_name = "head"
 
     def __init__(
         self,
@@ -229,7 +230,7 @@ class ViT(TransformerModel):
             x = torch.cat((self.cls.expand(x.shape[0], -1, -1), x), dim=1)
         h = self.stack(x)
         pooled = h[:, 0] if self.cls is not None else h.mean(dim=1)
-        return softcap(self.head(self.norm(pooled)), self.cfg.logit_softcap)
+        return softcap(self.head(self.readout_input(self.norm(pooled))), self.cfg.logit_softcap)
 
     def adapt_state_dict(self, state: dict[str, Tensor]) -> dict[str, Tensor]:
         """`state` with learned position tables of another patch grid (a checkpoint trained at another

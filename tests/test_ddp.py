@@ -128,6 +128,18 @@ def test_two_processes_train_and_validate_like_one(family, runs):
     assert info.status == "done" and info.processes == 2 and info.steps == STEPS
 
 
+def test_a_completep_model_trains_alike_on_one_or_two_processes(tmp_path, runs):
+    """µP's per-parameter Adam groups and CompleteP's branch multipliers under DDP: the same losses as one
+    process, and not those of the same model under `sp` (the flags took effect)."""
+    completep = ["--model.arch.parametrization=completep", "--model.arch.base_width=16", "--model.arch.n_layers=2",
+                 "--model.arch.base_depth=1"]  # fmt: skip
+    one, two = (read_scalars(fit("gpt", n, tmp_path / str(n), *completep)).curves["train/loss"] for n in (1, 2))
+    assert sorted(one) == sorted(two) == list(range(STEPS))
+    for step, value in one.items():
+        assert two[step] == pytest.approx(value, rel=1e-4), f"train/loss at step {step}"
+    assert one[STEPS - 1] != pytest.approx(read_scalars(runs("gpt", 1)).curves["train/loss"][STEPS - 1], rel=1e-3)
+
+
 @pytest.mark.slow  # Lightning's resume on 2 processes (48 s); the per-family DDP tests stay; make test-all
 def test_a_killed_ddp_run_resumes_to_the_same_end(tmp_path, runs):
     """SIGKILL to the launcher's process group mid-run; the resumed run ends where an uninterrupted one does."""

@@ -1,1 +1,2 @@
-"""The command-line tools that `cli.py` dispatches to: sweep, report, bench, export, samples."""
+"""The command-line tools that `cli.py` dispatches to: sweep, report, bench, export, samples, prepare,
+parametrization."""
