@@ -9,6 +9,7 @@ from dataclasses import replace
 from typing import Any
 
 import lightning.pytorch as pl
+from lightning.pytorch.callbacks import LearningRateMonitor
 from torch import nn
 
 from models import ArchConfig
@@ -96,9 +97,14 @@ class TaskModule(SameDataCheckpoints, StartingWeights, Int8Evaluation, GlobalLos
         self.save_hyperparameters(ignore=[*self.predict_args, *self._NOT_HPARAMS])
 
     def configure_callbacks(self) -> list[pl.Callback]:
-        # `cli.py predict` writes predictions.jsonl with no callback to configure
+        # `cli.py predict` writes predictions.jsonl with no callback to configure; every training run with a logger
+        # logs each parameter group's learning rate per step (`lr-AdamW/pg1`, ...: the schedule as it ran)
         trainer = self._trainer  # private (lit_modules.private_api): None when detached, where `trainer` raises
-        return [PredictionWriter()] if trainer is not None and trainer.predicting else []
+        if trainer is None:
+            return []
+        if trainer.predicting:
+            return [PredictionWriter()]
+        return [LearningRateMonitor(logging_interval="step")] if trainer.training and trainer.loggers else []
 
     def predict_settings(self) -> dict[str, Any]:
         """The settings of `predict_step`, written with every prediction."""

@@ -2,8 +2,8 @@
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
+from typing import get_args
 
 import torch
 from torch import nn
@@ -12,10 +12,12 @@ from models.base import TransformerModel
 from models.config import ConfigError
 from models.positional import PositionalScheme
 
+from .schedules import SCHEDULES, DecayShape, Schedule, ScheduleSettings, warmup_cosine  # noqa: F401  (re-exported)
+
 
 @dataclass(frozen=True)
 class OptimConfig:
-    """AdamW with linear warmup then cosine decay to `min_lr_ratio`·lr.
+    """AdamW with linear warmup then a decay of `schedule` (`lit_modules.schedules`) to `final_lr_fraction`·lr.
 
     Args:
         lr: peak learning rate.
@@ -23,7 +25,12 @@ class OptimConfig:
         betas: Adam betas.
         eps: Adam epsilon.
         warmup_steps: linear warmup length; 0 starts at the peak (the Post-Norm/warmup study).
-        min_lr_ratio: floor of the cosine decay as a fraction of lr.
+        schedule: `cosine` (to the end), `wsd` (warmup-stable-decay: the peak held, then a decay over the last
+            `decay_fraction` of the steps), `constant` or `linear` (`lit_modules.schedules`).
+        decay_fraction: `wsd`'s share of the run spent decaying (Hägele et al. 2024: 0.2).
+        decay_shape: `wsd`'s decay: `linear`, `cosine` or `1-sqrt` (Hägele et al. 2024's cooldown).
+        final_lr_fraction: where every decay ends, as a fraction of lr; `None` means `min_lr_ratio`.
+        min_lr_ratio: the older name of `final_lr_fraction` (committed runs' configs carry it), used when that is unset.
         positional_lr_scale: learning-rate multiplier of the positional scheme's own parameters (learned
             position tables, T5 relative-bias tables), which are not decayed either. A learned scalar moves
             under Adam by at most about lr per step whatever its gradient, so at a transformer's lr a T5
@@ -42,16 +49,38 @@ class OptimConfig:
     betas: tuple[float, float] = (0.9, 0.95)
     eps: float = 1e-8
     warmup_steps: int = 100
+    schedule: Schedule = "cosine"
+    decay_fraction: float = 0.2
+    decay_shape: DecayShape = "1-sqrt"
+    final_lr_fraction: float | None = None
     min_lr_ratio: float = 0.1
     positional_lr_scale: float = 1.0
     z_loss: float = 0.0
     fused: bool = True
 
     def __post_init__(self) -> None:
+        for name, literal in (("schedule", Schedule), ("decay_shape", DecayShape)):
+            if getattr(self, name) not in get_args(literal):
+                choices = ", ".join(map(repr, get_args(literal)))
+                raise ConfigError(f"{name}={getattr(self, name)!r} is not valid; choose one of {choices}")
+        if not 0 < self.decay_fraction <= 1:
+            raise ConfigError(f"decay_fraction={self.decay_fraction} must be in (0, 1] (Hägele et al.: 0.2)")
+        if not 0 <= self.final <= 1:
+            raise ConfigError(f"final_lr_fraction={self.final} must be in [0, 1] (a fraction of lr)")
         if self.z_loss < 0:
             raise ConfigError(f"z_loss={self.z_loss} must be 0 (off) or positive (PaLM: 1e-4)")
         if not self.positional_lr_scale > 0:
             raise ConfigError(f"positional_lr_scale={self.positional_lr_scale} must be positive (1: the model's lr)")
+
+    @property
+    def final(self) -> float:
+        """The fraction of lr every decay ends at."""
+        return self.min_lr_ratio if self.final_lr_fraction is None else self.final_lr_fraction
+
+    def multiplier(self, step: int, total_steps: int) -> float:
+        """The multiplier of lr at `step` of a run of `total_steps`."""
+        settings = ScheduleSettings(self.warmup_steps, self.final, self.decay_fraction, self.decay_shape)
+        return SCHEDULES[self.schedule](step, total_steps, settings)
 
 
 def parameter_groups(model: nn.Module, weight_decay: float, positional_lr: float | None = None) -> list[dict]:
@@ -95,14 +124,6 @@ def parametrized_groups(groups: list[dict], model: nn.Module, lr: float, eps: fl
     return split
 
 
-def warmup_cosine(step: int, warmup_steps: int, total_steps: int, min_ratio: float) -> float:
-    """Multiplier of the peak lr at `step`."""
-    if step < warmup_steps:
-        return (step + 1) / warmup_steps
-    progress = min(1.0, (step - warmup_steps) / max(1, total_steps - warmup_steps))
-    return min_ratio + (1 - min_ratio) * 0.5 * (1 + math.cos(math.pi * progress))
-
-
 def adamw_kernel(fused: bool, precision: str) -> dict[str, bool]:
     """AdamW's implementation keywords (`fused`, `foreach`) under a Trainer precision.
 
@@ -126,7 +147,7 @@ def adamw_kernel(fused: bool, precision: str) -> dict[str, bool]:
 
 
 def build_optimizer(model: nn.Module, cfg: OptimConfig, total_steps: int, precision: str = "32-true"):
-    """AdamW over `parameter_groups` (split by the model's parametrization) and the warmup-cosine schedule
+    """AdamW over `parameter_groups` (split by the model's parametrization) and the schedule of `cfg.schedule`
     (stepped once per optimiser step).
 
     Args:
@@ -144,7 +165,5 @@ def build_optimizer(model: nn.Module, cfg: OptimConfig, total_steps: int, precis
         eps=cfg.eps,
         **adamw_kernel(cfg.fused, precision),
     )
-    schedule = torch.optim.lr_scheduler.LambdaLR(
-        optimizer, lambda step: warmup_cosine(step, cfg.warmup_steps, total_steps, cfg.min_lr_ratio)
-    )
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda step: cfg.multiplier(step, total_steps))
     return optimizer, schedule
