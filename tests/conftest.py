@@ -31,6 +31,7 @@ LONG_FILES_FIRST = (
     "test_sweep_runs.py",
     "test_ddp.py",
     "test_tuned_sweep.py",
+    "test_ladder_transfer_sweep.py",
     "test_slurm_cluster.py",
     "test_bench.py",
     "test_predict.py",

@@ -20,6 +20,7 @@ from experiments.analysis.markdown_tables import metric_table, tables_markdown
 from experiments.analysis.report_csv import write_csv
 from experiments.analysis.stats import CONFIDENCE, EQUIVALENCE_TEST, PAIRED_TEST, POWER
 from experiments.analysis.tb_summary import write_summary
+from experiments.analysis.transfer_report import transfer_section
 from experiments.analysis.tuning_report import tuning_section
 from experiments.records.layout import LEDGER_NAME, REPORT_NAME, SWEEP_INFO
 from experiments.records.ledger import Ledger
@@ -94,6 +95,8 @@ def build_report(out_dir: Path) -> str:
         tables += "\n\n" + tuning
     if info.get("ladder"):  # per-cell scaling fits, the ranking at each size, crossings, log-log plots
         ladder, ladder_figures = ladder_section(out_dir, analysis, info)
+        if (info.get("tune") or {}).get("transfer"):  # tuned once: did the transfer hold at the largest size?
+            ladder += "\n\n" + transfer_section(ledger, info)
         sections.append(ladder)
         figures = ladder_figures + figures
         tables += "\n\n" + ladder

@@ -1,5 +1,6 @@
 """A committed sweep folder as a verdict reads it: its cells' final runs, and for a tuned sweep each cell's
-search and which tuned keys it left unbracketed. The one loading step every study's verdict script shares."""
+search and which tuned keys it left unbracketed (a ladder tuned once: a failed transfer is unbracketed). The
+one loading step every study's verdict script shares."""
 
 from __future__ import annotations
 
@@ -10,6 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.analysis.comparison import CellResult, analyse
+from experiments.analysis.transfer_report import TransferCheck, failed_keys, transfer_checks
 from experiments.analysis.tuning_report import CellSearch, counterparts, searches
 from experiments.records.layout import LEDGER_NAME, SWEEP_INFO
 from experiments.records.ledger import Ledger
@@ -37,13 +39,20 @@ class SweepResults:
 
     def unbracketed(self) -> dict[str, list[str]]:
         """cell -> the tuned keys it left at an end of its search; a cell that ran at another cell's choice
-        (`tune.search_on`) inherits that cell's."""
+        (`tune.search_on`, a ladder's `tune.transfer`) inherits that cell's. At a ladder's largest size, a
+        transfer's check decides instead (`transfer_report`): verified, none; failed, `<key>: transfer failed`."""
         if not self.keys:
             return {}
         out = {name: search.unbracketed(self.keys) for name, search in self.searches.items()}
         for cell, source in self.shared().items():
             out[cell] = out.get(source, [])
+        for cell, failed in failed_keys(self.transfers()).items():
+            out[cell] = out.get(cell, []) if failed is None else failed  # None: its check is pending
         return {name: keys for name, keys in out.items() if keys}
+
+    def transfers(self) -> dict[str, TransferCheck]:
+        """With a ladder's `tune.transfer`: each cell at the largest size -> its transfer check; {} otherwise."""
+        return transfer_checks(self.ledger, self.info) if self.keys else {}
 
     def missing(self, names: Iterable[str], metric: str) -> list[str]:
         """The cells among `names` without a finished final run recording `metric` (their verdict waits)."""
@@ -54,13 +63,18 @@ class SweepResults:
         return {key(name): cell for name, cell in self.cells.items()}
 
     def shared(self) -> dict[str, str]:
-        """With `tune.search_on`: each cell that did not search -> the cell whose search chose its point."""
-        return counterparts(self.info) if self.keys and self.info["tune"].get("search_on") else {}
+        """With `tune.search_on` or `tune.transfer`: each cell that did not search -> the cell whose search chose
+        its point."""
+        tune = self.info.get("tune") or {}
+        return counterparts(self.info) if self.keys and (tune.get("search_on") or tune.get("transfer")) else {}
 
     def chosen(self, name: str) -> tuple[float, ...] | None:
-        """The values the cell's final runs used (its counterpart's with `tune.search_on`)."""
-        source = self.shared().get(name, name)
-        search = self.searches.get(source)
+        """The values the cell's final runs used (its counterpart's with `tune.search_on`; with `tune.transfer`,
+        as transferred to its size)."""
+        own, transferred = self.searches.get(name), (self.info.get("tune") or {}).get("transfer")
+        if own and own.chosen or transferred:  # a transferred value: only the cell's own runs say
+            return own.chosen if own else None
+        search = self.searches.get(self.shared().get(name, name))
         return search.chosen if search else None
 
 

@@ -24,7 +24,14 @@ from contract.metrics import higher_is_better
 from contract.run_folder import DONE
 from experiments.analysis import plots
 from experiments.analysis.formatting import fixed
-from experiments.records.ledger import PHASE_COLUMN, SEARCH_MARK, SEARCH_PHASE, UNBRACKETED_COLUMN, Ledger
+from experiments.records.ledger import (
+    PHASE_COLUMN,
+    SEARCH_MARK,
+    SEARCH_PHASE,
+    UNBRACKETED_COLUMN,
+    VERIFY_PHASE,
+    Ledger,
+)
 from experiments.records.values import format_value
 
 
@@ -69,6 +76,8 @@ def searches(ledger: Ledger, info: dict[str, Any]) -> tuple[list[str], str, dict
     keys, metric = list(tune["grid"]), tune["metric"]
     found: dict[str, CellSearch] = {}
     for (cell, _), row in ledger.rows.items():
+        if row.get(PHASE_COLUMN) == VERIFY_PHASE:  # a transfer's check at a ladder's top (`transfer_report`)
+            continue
         base = cell.partition(SEARCH_MARK)[0]
         entry = found.setdefault(base, CellSearch(base))
         point = tuple(float(row[k]) for k in keys)
@@ -84,8 +93,11 @@ def searches(ledger: Ledger, info: dict[str, Any]) -> tuple[list[str], str, dict
 
 
 def counterparts(info: dict[str, Any]) -> dict[str, str]:
-    """With `tune.search_on`: each cell that did not search -> the cell whose search chose its point."""
+    """With `tune.search_on` or a ladder's `tune.transfer`: each cell that did not search -> the cell whose search
+    chose its point (with its grid values `search_on`'s, at the size that searched)."""
     on = info["tune"].get("search_on") or {}
+    if transfer := info["tune"].get("transfer"):
+        on = on | next(s["overrides"] for s in info["ladder"]["sizes"] if s["name"] == transfer["from"])
     cells = info.get("cells", [])
     out = {}
     for cell in cells:
@@ -150,19 +162,23 @@ def tuning_section(out_dir: Path, ledger: Ledger, info: dict[str, Any]) -> tuple
             else (f"**unbracketed** ({', '.join(unbracketed)})" if unbracketed else "yes")
         )
         spread = fixed(sensitivity(search, grid, cap, higher)) + seed_range(search, grid, cap, higher)
-        if search.cell in shared:  # `tune.search_on`: it ran at the point its counterpart's search chose
+        if search.cell in shared:  # `search_on`, `transfer`: it ran at the point its counterpart's search chose
             points, at_chosen, spread, bracketed = f"on `{shared[search.cell]}`", "—", "—", "—"
         row = [f"`{search.cell}`", *chosen, points, at_chosen, spread, bracketed]
         lines.append("| " + " | ".join(row) + " |")
     seeds, search_on = info["tune"].get("seeds", []), info["tune"].get("search_on")
     shared_rule = f"; only the cells with {search_on} searched, the others ran at their counterpart's choice"
+    shared_rule = shared_rule if search_on else ""
+    if transfer := info["tune"].get("transfer"):  # a ladder tuned once: its check is in the Ladder section
+        shared_rule += (f"; only the cells at size `{transfer['from']}` searched, the other sizes ran at their "
+                        "counterpart's choice, transferred (Ladder: Transfer)")  # fmt: skip
     text = [
         "## Tuning",
         f"Each cell at its own values of {', '.join(f'`{k}`' for k in keys)}, selected on `{metric}` (mean over "
         f"tune seeds {seeds}); the cells are compared above on the test split at those values. Initial grid: "
         + "; ".join(f"`{k}` {[float(v) for v in info['tune']['grid'][k]]}" for k in keys)
         + f", extended at most {info['tune'].get('extend')} step(s) past either end while that end was open"
-        + (shared_rule if search_on else "")
+        + shared_rule
         + ". *Unbracketed*: the search's cap stopped it with an end still open (the chosen value at it, or the "
         "value there no worse than its neighbour): a better value may lie beyond, and a comparison touching the "
         "cell is inconclusive by rule. *Sensitivity* (learning-rate sensitivity, Wortsman et al. 2023): the mean "

@@ -26,6 +26,8 @@ from experiments.records.values import format_value
 HEAD = ("cell", "seed", "status")
 # a tuned sweep's runs (experiments/sweep/tuning.py): the search chooses a cell's values, the final runs compare
 PHASE_COLUMN, SEARCH_PHASE, FINAL_PHASE = "phase", "search", "final"
+# a ladder's `tune.transfer`: the runs at the largest size that verify a transferred value (`<cell>~<point>`)
+VERIFY_PHASE = "verify"
 # a final run's tuned keys its search left open (comma-separated; empty: bracketed): a comparison touching the
 # cell is inconclusive by rule. Ledgers before the column have none: the report then reads the edges itself
 UNBRACKETED_COLUMN = "unbracketed"

@@ -48,7 +48,7 @@ class SweepOutcome:
         ledger: its ledger (`results.csv`), which the report reads.
         runs: the names (`<cell>/seed<k>`) of the sweep's runs by ledger status (done, diverged, failed), and
             those without a row yet under `UNRECORDED`.
-        phases: a tuned sweep's run names by phase (search, final); {} for a plain sweep.
+        phases: a tuned sweep's run names by phase (search, final; a ladder tuned once: verify); {} for a plain sweep.
         rounds: launches made: 1, or one per round of a tuned sweep's searches.
         claimed: runs left to another live process, each with its claim's description.
         submitted: runs handed to a scheduler that runs them after this call returned.

@@ -17,6 +17,7 @@ from experiments.records.ledger import (
     SEARCH_MARK,
     SEARCH_PHASE,
     UNBRACKETED_COLUMN,
+    VERIFY_PHASE,
     Ledger,
 )
 from experiments.records.values import format_value
@@ -96,7 +97,9 @@ def tuned_runs(
 ) -> tuple[list[Run], dict[str, SearchState]]:
     """The runs a tuned sweep needs given its ledger: every search point each cell's search has asked for
     (`tuning.search`), then, for each cell whose search has chosen, its seeds at the chosen point,
-    evaluated on the test split. Cells in spec order; a cell's final runs after its search runs.
+    evaluated on the test split (with `tune.transfer`: the point transferred to the cell's size), and at a
+    ladder's largest size the runs that verify it (`transfer.Transfer.verify_points`). Cells in spec order; a
+    cell's final runs after its search runs.
 
     Returns:
         The runs, and each cell's search state.
@@ -121,14 +124,24 @@ def tuned_runs(
     }
     runs = []
     for cell in spec.cells:
-        state = states.setdefault(cell.name, states[spec.search_cell(cell).name])
-        if spec.search_cell(cell) is cell:
+        source = spec.search_cell(cell)
+        state = states.setdefault(cell.name, states[source.name])
+        if source is cell:
             for point in state.points:
                 runs += [
                     run_at(cell, search_cell_name(cell.name, tune, point), s, point, SEARCH_PHASE) for s in tune.seeds
                 ]
-        if state.chosen is not None:
-            runs += [run_at(cell, cell.name, seed, state.chosen, FINAL_PHASE, state.unbracketed) for seed in spec.seeds]
+        if state.chosen is None:
+            continue
+        transfer, point = tune.transfer, state.chosen
+        if transfer:  # a ladder's search at one size, carried to this one (`experiments.sweep.transfer`)
+            point = transfer.scaled(tune.names, point, source.overrides, cell.overrides)
+        runs += [run_at(cell, cell.name, seed, point, FINAL_PHASE, state.unbracketed) for seed in spec.seeds]
+        if transfer and transfer.at_top(cell.overrides):  # ×1 at the tune seeds: the final runs, where they ran
+            again = [s for s in tune.seeds if s not in spec.seeds]
+            points = [(p, tune.seeds) for p in transfer.verify_points(point)] + ([(point, again)] if again else [])
+            runs += [run_at(cell, search_cell_name(cell.name, tune, p), s, p, VERIFY_PHASE) for p, ss in points
+                     for s in ss]  # fmt: skip
     return runs, states
 
 

@@ -8,8 +8,9 @@ as the model grows?).
 Each size (a rung) is a set of overrides with the same keys at every rung (width, depth, heads, `d_ff`, and
 optionally the step budget or batch). The sweep's cells become the product of its cells and the rungs:
 `<cell>,size=<rung>` with the cell's overrides and the rung's; the rung keys become axes of the ledger, so a
-ladder resumes, claims runs and tunes (per cell and size, with `tune:`) like any sweep. The report fits each
-cell's final metric against its runs' own parameter and FLOP counts (`experiments.analysis.ladder_fit`).
+ladder resumes, claims runs and tunes (per cell and size, with `tune:`; or once, at one size, with
+`tune.transfer`: `experiments.sweep.transfer`) like any sweep. The report fits each cell's final metric against
+its runs' own parameter and FLOP counts (`experiments.analysis.ladder_fit`).
 """
 
 from __future__ import annotations

@@ -15,6 +15,10 @@ A spec is YAML (a study's specs live in `experiments/studies/<study>/`)::
     require_clean: true                                    # refuse to start from uncommitted code (optional)
     tune: {grid: {optim.lr: [1.0e-3, 3.0e-3, 1.0e-2]}}     # each cell at its own tuned lr (experiments/sweep/tuning.py)
     ladder: [{name: d64, model.arch.d_model: 64}, ...]      # every cell at every size (experiments/sweep/ladder.py)
+    # with a ladder, `tune.transfer` searches at one size only, carries the choice to the others (unchanged, or by
+    # a stated rule) and verifies it at the largest at ×½, ×1, ×2 (experiments/sweep/transfer.py):
+    #   tune: {grid: {optim.lr: [...]}, transfer: {from: d64, rule: {optim.lr: {with: model.arch.d_model,
+    #          power: -1}}, verify: [0.5, 1, 2]}}
     pretrained:                                            # keys that take files of another spec's run (optional):
       spec: pretrain.yaml                                  # from this one; the run: results/pretrain/<cell>/seed<k>
       files: {model.init_from: checkpoints/last.ckpt, data.tokenizer_file: tokenizer.json}
@@ -28,7 +32,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +43,7 @@ from experiments.sweep.spec_blocks import LauncherOptions, Pretrained, ReportOpt
 from experiments.sweep.spec_cells import Cell, Overrides, baseline_name, check_names, expand, overrides, seed_list
 from experiments.sweep.spec_error import SpecError
 from experiments.sweep.spec_source import Lines, Located, known_keys, read_located
+from experiments.sweep.transfer import TRANSFER_KEYS, parse_transfer
 from experiments.sweep.tuning import TUNE_KEYS, Tune, TuneError, check_search_on, parse_tune
 
 ROOT = Path(__file__).resolve().parents[2]  # runs start here: spec paths are relative to it
@@ -91,11 +96,13 @@ class Spec:
         object.__setattr__(self, "cell_by_name", {c.name: c for c in self.cells})
 
     def search_cell(self, cell: Cell) -> Cell:
-        """The cell whose search chooses `cell`'s tuned point: itself, or with `tune.search_on` its counterpart
-        (the cell with the same overrides but `tune.search_on`'s values), which `load_spec` checks exists."""
-        if self.tune is None or not self.tune.search_on:
+        """The cell whose search chooses `cell`'s tuned point: itself, or its counterpart: the cell with the same
+        overrides but `tune.search_on`'s values (which `load_spec` checks exists) and, with `tune.transfer`,
+        the size that searches (every cell of a ladder is at every size)."""
+        if self.tune is None or not (self.tune.search_on or self.tune.transfer):
             return cell
         wanted = cell.overrides | dict(self.tune.search_on)
+        wanted |= self.tune.transfer.source.overrides if self.tune.transfer else {}
         return next(c for c in self.cells if c.overrides == wanted)
 
     @property
@@ -220,10 +227,15 @@ def _typed(path: Path, raw: dict[str, Any], lines: Lines) -> Spec:
         raise SpecError(f"require_clean: needs true or false, got {require_clean!r}")
     if isinstance(raw.get("tune"), Mapping):
         known_keys(raw["tune"], TUNE_KEYS, "tune", lines, "tune")
+        if isinstance(raw["tune"].get("transfer"), Mapping):
+            known_keys(raw["tune"]["transfer"], TRANSFER_KEYS, "tune.transfer", lines, "tune", "transfer")
     try:
         tune = parse_tune(raw.get("tune"), seeds, (*fixed, *axes))
         if tune is not None:
             check_search_on(tune, axes, cells)
+            if "transfer" in raw["tune"]:  # `transfer:` alone: every default
+                transfer = raw["tune"]["transfer"]
+                tune = replace(tune, transfer=parse_transfer({} if transfer is None else transfer, tune, rungs))
     except TuneError as err:
         raise SpecError(str(err)) from None
 

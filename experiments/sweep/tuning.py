@@ -7,6 +7,8 @@
       seeds: [0]           # the seeds of every search point (default: the spec's first seed)
       search_on: {data.split: simple}   # optional: only the cells with these grid values search; each other
                                         # cell runs at the point its counterpart (itself with these values) chose
+      transfer: {from: d64}   # a ladder only: search at one size, carry the choice to the others, verify it at
+                              # the largest (experiments/sweep/transfer.py)
 
 A tuned sweep runs in two phases per cell. The search trains each point of the grid (the product of
 the keys' values) at `tune.seeds`; a key's range is bracketed on a side when, along that key through the best
@@ -27,12 +29,15 @@ import itertools
 import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from contract.metrics import higher_is_better, metric_base_name
 from experiments.sweep.ladder import HasOverrides
 
-TUNE_KEYS = ("grid", "extend", "metric", "seeds", "search_on")
+if TYPE_CHECKING:
+    from experiments.sweep.transfer import Transfer
+
+TUNE_KEYS = ("grid", "extend", "metric", "seeds", "search_on", "transfer")
 DEFAULT_EXTEND = 4  # steps a side: `extend: 1` let searches stop one step past an edge, still improving
 Point = tuple[float, ...]  # one value per tuned key, in the order of `Tune.keys`
 
@@ -73,6 +78,7 @@ class Tune:
     metric: str
     seeds: tuple[int, ...]
     search_on: tuple[tuple[str, Any], ...] = ()  # grid key -> value: the cells whose search the others share
+    transfer: Transfer | None = None  # a ladder's search at one size, carried to the others (`spec.load_spec` sets it)
 
     @property
     def names(self) -> tuple[str, ...]:
@@ -85,11 +91,13 @@ class Tune:
         """What `sweep.json` keeps of it (the report reads the keys and the metric)."""
         grid = {k.key: list(k.grid) for k in self.keys}
         out = {"grid": grid, "extend": self.extend, "metric": self.metric, "seeds": list(self.seeds)}
-        return out | ({"search_on": dict(self.search_on)} if self.search_on else {})  # only when set: older files match
+        out |= {"search_on": dict(self.search_on)} if self.search_on else {}  # only when set: older files match
+        return out | ({"transfer": self.transfer.snapshot()} if self.transfer else {})
 
 
 def parse_tune(raw: Any, seeds: tuple[int, ...], fixed_and_axes: tuple[str, ...]) -> Tune | None:
-    """The spec's `tune:` block, checked; None without one.
+    """The spec's `tune:` block, checked; None without one. Its `transfer:` needs the ladder: `load_spec` adds it
+    (`experiments.sweep.transfer.parse_transfer`).
 
     Args:
         raw: the block as read.
@@ -224,9 +232,12 @@ def extension_rule(tune: Tune) -> str:
     """The bracketing rule in one sentence, for `--dry-run`."""
     keys = ", ".join(f"{k.key} ×{k.ratio:.3g}" for k in tune.keys)
     shared = f"; only the cells with {dict(tune.search_on)} search, the others run at their counterpart's choice"
-    return (
+    shared = shared if tune.search_on else ""
+    transfer = f"; {tune.transfer.describe()}" if tune.transfer else ""
+    rule = (
         f"selection on {tune.metric} (mean over tune seeds {list(tune.seeds)}); while the best point is at the lowest "
         f"or highest value of a key, or the edge point there is no worse than its neighbour, that key extends one "
         f"step past it ({keys}), at most {tune.extend} step(s) per side; a key still open is reported unbracketed; "
         "then the cell's seeds run at the chosen point"
-    ) + (shared if tune.search_on else "")
+    )
+    return rule + shared + transfer
