@@ -100,6 +100,14 @@ class TransformerModel(nn.Module):
             factors[key] = tuple(f(cfg.width_mult, m_depth) for f in (rule.lr, rule.eps, rule.weight_decay))
         return factors
 
+    def task_args(self) -> dict:
+        """The constructor's arguments besides `cfg` (ViT's image task); none for the language models."""
+        return {}
+
+    def rebuilt(self, cfg: ArchConfig) -> TransformerModel:
+        """A new model of this class and task built from `cfg`, freshly initialised (`models.parametrization_fold`)."""
+        return type(self)(cfg, **self.task_args())
+
     def readout_input(self, h: Tensor) -> Tensor:
         """The readout's input times the parametrization's output multiplier (1/m_N under µP)."""
         return scaled(h, self.cfg.scheme.readout(self.cfg.width_mult))

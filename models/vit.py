@@ -208,6 +208,12 @@ class ViT(TransformerModel):
         self.head = nn.Linear(cfg.d_model, num_classes)
         self.init_weights()
 
+    def task_args(self) -> dict:
+        """The arguments besides `cfg` that build a ViT of this one's task (image size, classes, pooling)."""
+        side = grid_side(self.num_tokens, int(self.cls is not None)) * self.patch_size
+        return dict(image_size=side, patch_size=self.patch_size, in_channels=self.patch.in_channels,
+                    num_classes=self.head.out_features, pool=self.pool, learned_layout=self.learned_layout)  # fmt: skip
+
     def token_coordinates(self, tokens: int) -> Tensor:
         """(tokens, 2) each token's patch position in pixels (row, column), for the mean attention distance in
         image space (Dosovitskiy et al. 2020, Fig. 7); the CLS token, on no patch, is nan."""

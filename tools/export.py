@@ -15,6 +15,11 @@ either format is a plain model. `--format suite` writes the suite's own plain mo
 `--model.init_from DIR/model.pt` into a run of the same architecture without PEFT. Adapters cannot merge
 (a nonlinear bottleneck), so an adapter run exports in neither format.
 
+A µP or CompleteP run (`model.arch.parametrization`) exports to a reference as the `sp` model computing the same
+logits: its multipliers folded into the weights (`models.parametrization_fold`), a tied head untied by the readout
+multiplier (which T5 cannot express: refused, saying so). `--format suite` keeps the parametrization as it is: the
+suite computes it, and a run started from the file (`--model.init_from`, the same architecture) trains on under it.
+
 The run's trainer settings (devices, precision, strategy) are not needed, so a GPU run exports on a
 CPU-only machine; a compiled run's checkpoint loads as well.
 
@@ -97,6 +102,9 @@ def main(argv: list[str]) -> int:
     except ImportError as error:  # transformers and timm are test requirements, not the suite's
         print(f"error: {error}; exporting needs the reference's library: pip install -r requirements-test.txt")
         return 2
+    parametrization = task.base_model.cfg.parametrization
+    if parametrization != "sp":
+        print(f"parametrization={parametrization!r}: its multipliers are folded into the weights (the same logits)")
     args.out.mkdir(parents=True, exist_ok=True)
     how = write_reference(reference, args.out, task, datamodule)
     print(f"wrote {type(reference).__module__.split('.')[0]} {type(reference).__name__} to {args.out}; load it with:")

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from ..base import TransformerModel
+from ..parametrization_fold import plan, to_standard
 from . import bart, bert, bloom, gemma2, gpt2, llama, marian, olmo2, qwen3, t5, timm_vit
 from .targets import Target
 
@@ -58,6 +59,10 @@ def to_reference(model: TransformerModel) -> nn.Module:
     """The transformers / timm model equivalent to the suite `model`, with its weights, in eval mode,
     on its device/dtype. Imports the reference's library (transformers or timm).
 
+    A µP or CompleteP model exports as the `sp` model computing its function, its multipliers folded into
+    the weights (`models.parametrization_fold`); a readout multiplier unties a tied head, which a reference
+    without an untied head refuses, saying so.
+
     Raises TypeError for a model no reference family has, and ValueError naming every setting that
     has no equivalent when no reference of the model's class matches its settings (each reference's
     mismatches, the closest reference first).
@@ -66,7 +71,12 @@ def to_reference(model: TransformerModel) -> nn.Module:
     if not targets:
         names = sorted({target.suite.__name__ for target in TARGETS})
         raise TypeError(f"cannot export {type(model).__name__}; exportable suite models: {', '.join(names)}")
-    found = [(target, target.mismatches(model.cfg)) for target in targets]
+    reasons = {}
+    if model.cfg.parametrization != "sp":  # no reference has µP's multipliers: they fold into the weights
+        reasons = plan(model).reasons
+        with torch.no_grad():
+            model = to_standard(model)
+    found = [(target, target.mismatches(model, reasons)) for target in targets]
     for target, mismatches in found:
         if not mismatches:
             with torch.no_grad():

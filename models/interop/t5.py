@@ -101,15 +101,7 @@ def to_t5(model: EncoderDecoder) -> nn.Module:
     from transformers import T5Config, T5ForConditionalGeneration
 
     cfg = model.cfg
-    # a tied head is v1.1's unscaled one; an untied one exports only as the original T5's scaled
-    # embedding, which is how `convert` made it (so the comparison is exact)
-    scale_outputs = not cfg.tie_embeddings
-    if scale_outputs and not torch.equal(model.lm_head.weight, model.tok.weight * cfg.d_model**-0.5):
-        raise ValueError(
-            "cannot export: tie_embeddings=False has no equivalent in transformers T5ForConditionalGeneration "
-            "(its output head is the token embedding, scaled by d_model**-0.5 in the original T5, and this "
-            "model's lm_head is neither); train with tie_embeddings=True to export to T5"
-        )
+    scale_outputs = not cfg.tie_embeddings  # the original T5's scaled embedding (checked by `_head`)
     config = T5Config(
         **renamed(cfg, FIELDS, to_suite=False),
         num_layers=cfg.encoder_layers,
@@ -120,6 +112,17 @@ def to_t5(model: EncoderDecoder) -> nn.Module:
         tie_word_embeddings=scale_outputs,  # how T5Config is told to scale the decoder output
     )
     return export(T5ForConditionalGeneration(config), model, table(cfg, scale_outputs))
+
+
+def _head(model: EncoderDecoder) -> dict[str, str]:
+    """A tied head is v1.1's unscaled one; an untied one exports only as the original T5's scaled embedding,
+    which is how `convert` made it (so the comparison is exact)."""
+    if model.cfg.tie_embeddings or torch.equal(model.lm_head.weight, model.tok.weight * model.cfg.d_model**-0.5):
+        return {}
+    return {
+        "tie_embeddings": "its output head is the token embedding, scaled by d_model**-0.5 in the original T5, and "
+        "this model's lm_head is neither"
+    }
 
 
 TARGET = Target(
@@ -137,4 +140,5 @@ TARGET = Target(
         "output_bias": (False,),
     },
     export=to_t5,
+    weights=_head,
 )

@@ -4,8 +4,9 @@ names every one that has no equivalent."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
+from types import MappingProxyType
 
 from torch import nn
 
@@ -36,22 +37,30 @@ class Target:
             config giving them); the fields not listed either map to any value or change training only,
             except `NEWER_AXES`, which are off unless listed.
         export: builds the reference from a suite model whose settings match.
+        weights: the settings it expresses only with some weights (T5's untied head: the token table scaled), as
+            a function of the model giving each setting it cannot express and what the reference has instead.
     """
 
     library: str
     suite: type[TransformerModel]
     settings: dict[str, Allowed]
     export: Callable[[TransformerModel], nn.Module]
+    weights: Callable[[TransformerModel], dict[str, str]] = lambda model: {}
 
-    def mismatches(self, cfg: ArchConfig) -> list[str]:
-        """One phrase per setting of `cfg` that this reference cannot express."""
-        found = []
+    def mismatches(self, model: TransformerModel, reasons: Mapping[str, str] = MappingProxyType({})) -> list[str]:
+        """One phrase per setting of `model` that this reference cannot express; `reasons`: why a setting has its
+        value, where the export set it (a folded parametrization's untied head, `models.parametrization_fold`)."""
+        cfg, found = model.cfg, {}
         for name, allowed in (NEWER_AXES | self.settings).items():
             values = allowed(cfg) if callable(allowed) else allowed
             if getattr(cfg, name) not in values:
-                choices = " or ".join(repr(v) for v in values)
-                found.append(f"{name}={getattr(cfg, name)!r} has no equivalent in {self.library} (it has {choices})")
-        return found
+                found[name] = "it has " + " or ".join(repr(v) for v in values)
+        found |= self.weights(model)
+        return [
+            f"{name}={getattr(cfg, name)!r}{f' ({reasons[name]})' if name in reasons else ''} has no equivalent in "
+            f"{self.library} ({has})"
+            for name, has in found.items()
+        ]
 
 
 def heads_shared_by_all(cfg: ArchConfig) -> tuple:

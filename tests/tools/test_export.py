@@ -13,7 +13,7 @@ import yaml
 
 import cli
 from datamodules.images import IMAGE_DATASETS
-from lit_modules.rebuilt_run import build_run
+from lit_modules.rebuilt_run import build_run, load_weights
 
 transformers = pytest.importorskip("transformers")
 timm = pytest.importorskip("timm")
@@ -158,6 +158,29 @@ def test_settings_without_equivalent_exit_1_naming_them(gpt_run, tmp_path, capsy
     assert "error: cannot export: scale_embeddings=True has no equivalent in transformers GPT2LMHeadModel" in out
     assert "pos_encoding='learned' has no equivalent in transformers LlamaForCausalLM (it has 'rope')" in out
     assert not (tmp_path / "out").exists()
+
+
+def test_a_completep_run_exports_folded_and_keeps_its_parametrization_as_a_suite_model(gpt_run, tmp_path, capsys):
+    """The run's weights under CompleteP (m_N = 2, m_L = 1/2): the transformers model computes its logits, the
+    multipliers folded into the weights (the tied head untied); `--format suite` writes it as it is."""
+    _, _, config, ckpt = gpt_run
+    changed = yaml.safe_load(config.read_text())
+    changed["model"]["init_args"]["arch"].update(parametrization="completep", base_width=16, base_depth=2)
+    (tmp_path / "config.yaml").write_text(yaml.safe_dump(changed))
+    task, _ = build_run(tmp_path / "config.yaml")
+    load_weights(task, torch.load(ckpt, weights_only=True))
+    suite = task.base_model.eval()
+    assert _export(tmp_path / "config.yaml", ckpt, tmp_path / "hf") == 0
+    assert "parametrization='completep': its multipliers are folded into the weights" in capsys.readouterr().out
+    loaded = transformers.GPT2LMHeadModel.from_pretrained(tmp_path / "hf").eval()
+    assert loaded.config.tie_word_embeddings is False
+    ids = torch.randint(0, suite.cfg.vocab_size, (2, 32), generator=torch.Generator().manual_seed(0))
+    with torch.no_grad():
+        assert (loaded(ids).logits - suite(ids)).abs().max().item() < TOL
+    assert _export(tmp_path / "config.yaml", ckpt, tmp_path / "suite", "--format", "suite") == 0
+    plain = torch.load(tmp_path / "suite" / "model.pt", weights_only=True)
+    assert plain["arch"]["parametrization"] == "completep" and plain["arch"]["base_width"] == 16
+    assert all(torch.equal(value, suite.state_dict()[key]) for key, value in plain["state_dict"].items())
 
 
 def test_missing_or_mismatched_checkpoint_exits_2(gpt_run, vit_run, tmp_path, capsys):
