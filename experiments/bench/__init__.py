@@ -15,6 +15,8 @@ Sections (each a module of this package with `run(ctx) -> Section`):
   data        share of step time spent waiting for the text DataModule
   checkpointing  peak memory and time of a training step with and without activation checkpointing, by depth
   decoding    encoder-decoder greedy and beam decoding tokens/s on the KV cache, by encoder-decoder depth split
+  coord_check the parametrizations' coordinate check: every layer's activation size against width (sp, mup) and
+              depth (mup, completep) over a few Adam steps, with the slopes, figures and TensorBoard in --out
 
 The run prints a markdown report (targets with PASS/FAIL first) and writes it, with a JSON copy
 holding every sample, to `--out` (default experiments/bench/results/): bench.md and bench.json,
@@ -61,6 +63,7 @@ SECTIONS = {
     "decoding": "experiments.bench.decoding",
     "compile": "experiments.bench.compile",
     "quantize": "experiments.bench.quantize",
+    "coord_check": "experiments.bench.coord_check",
 }
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"  # experiments/bench/results/, as documented
 
@@ -160,7 +163,7 @@ def run_benchmark(settings: Settings, keys: list[str], out: Path, command: str, 
     start = time.perf_counter()
     load_start = load_average()
     peak = matmul_peak_flops(settings.peak_size, settings.peak_tries)
-    ctx = Context(settings, peak)
+    ctx = Context(settings, peak, out)
     sections = []
     with LoadSampler() as sampler:
         for key in keys:

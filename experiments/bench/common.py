@@ -7,6 +7,7 @@ import functools
 import itertools
 from collections.abc import Callable
 from dataclasses import dataclass, replace
+from pathlib import Path
 from typing import TYPE_CHECKING, get_args
 
 import torch
@@ -100,6 +101,20 @@ class Settings:
     dec_new_tokens: int = 32
     dec_beam: int = 4
     dec_reps: int = 3
+    # coordinate check (`coord_data`): the families; widths at `coord_depth` blocks (sp, mup), depths at width
+    # `coord_depth_width` (mup, completep); Adam steps at one fixed lr, seeds averaged; the slope tolerance
+    coord_families: tuple[str, ...] = ("gpt", "bert", "translation", "vit")
+    coord_widths: tuple[int, ...] = (64, 128, 256, 512, 1024)
+    coord_depth: int = 2
+    coord_depths: tuple[int, ...] = (2, 4, 8, 16)
+    coord_depth_width: int = 128
+    coord_steps: int = 5
+    coord_seeds: int = 5
+    coord_lr: float = 3e-3
+    coord_seq_len: int = 32
+    coord_batch: int = 8
+    coord_heads: int = 4
+    coord_tolerance: float = 0.3
 
     def arch(self, **overrides) -> ArchConfig:
         fields = {
@@ -159,6 +174,14 @@ SMOKE = replace(
     dec_new_tokens=3,
     dec_beam=2,
     dec_reps=1,
+    coord_widths=(16, 32),
+    coord_depths=(2, 3),
+    coord_depth_width=16,
+    coord_steps=1,
+    coord_seeds=1,
+    coord_seq_len=8,
+    coord_batch=2,
+    coord_heads=2,
 )
 
 
@@ -252,6 +275,7 @@ class Context:
 
     settings: Settings
     peak_flops: float  # fp32 FLOP/s of a large square matmul, best of several
+    out: Path | None = None  # the results folder (`--out`), where a section writes its figures; None: none
 
 
 def profile_step(step) -> tuple[int, set[str]]:
