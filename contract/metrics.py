@@ -10,6 +10,8 @@ from __future__ import annotations
 from typing import Literal
 
 Direction = Literal["lower", "higher"]
+# a stage's suffix for the metrics of the averaged weights (`--averaging.kind`): `val_avg/loss`, `test_avg/acc`
+AVERAGED_SUFFIX = "_avg"
 
 METRIC_DIRECTIONS: dict[str, Direction] = {
     "loss": "lower",

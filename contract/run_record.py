@@ -48,7 +48,8 @@ class ProbeHeadlines:
 
 @dataclass(frozen=True)
 class TestRecord:
-    """`cli.py test` of the run's checkpoint (`RunMetadata.on_test_end`): the metrics are `test/*`."""
+    """`cli.py test` of the run's checkpoint (`RunMetadata.on_test_end`): the metrics are `test/*` (and the averaged
+    weights' `test_avg/*`, `--averaging.kind`)."""
 
     __test__ = False  # not a pytest class
     checkpoint: str

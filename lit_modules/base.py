@@ -69,6 +69,9 @@ class TaskModule(SameDataCheckpoints, StartingWeights, Int8Evaluation, GlobalLos
     # kept out of the saved hparams for the same reason, or because a checkpoint already holds what they give:
     # `init_from` (a run's checkpoint has its weights; the file may be gone by the time it is evaluated)
     _NOT_HPARAMS = ("init_from", "quantize")
+    # `_avg` on the copy that `lit_modules.averaging.WeightAverage` keeps: its metrics are `val_avg/*`, `test_avg/*`
+    eval_suffix: str = ""
+    averaged_weights: bool = False  # `cli.py predict --averaging.predict_with averaged` loaded the average
 
     def __init__(
         self,
@@ -117,9 +120,10 @@ class TaskModule(SameDataCheckpoints, StartingWeights, Int8Evaluation, GlobalLos
 
     @property
     def eval_stage(self) -> str:
-        """The prefix of evaluation metrics: `test` under `cli.py test` (the data's test split), else `val`."""
+        """The prefix of evaluation metrics: `test` under `cli.py test` (the data's test split), else `val`; with
+        `eval_suffix` for the averaged weights (`val_avg`)."""
         trainer = self._trainer
-        return "test" if trainer is not None and trainer.testing else "val"
+        return ("test" if trainer is not None and trainer.testing else "val") + self.eval_suffix
 
     def configure_optimizers(self):
         # the precision picks AdamW's kernel: Lightning cannot clip a fused AdamW's gradients under *-mixed

@@ -15,12 +15,14 @@ import lightning.pytorch as pl
 import torch
 
 from contract.git import git_commit
+from contract.metrics import AVERAGED_SUFFIX
 from contract.run_folder import DIVERGED, DONE, RUNNING, SWEEP_DIR_VAR, TEST_STAGE
 from contract.run_record import RunRecord, TestRecord, read_run_record
 
 from .tokenizer_check import check_tokenizer
 from .trainer_paths import evaluated_run, run_dir
 
+TEST_PREFIXES = (f"{TEST_STAGE}/", f"{TEST_STAGE}{AVERAGED_SUFFIX}/")  # the trained weights' and the average's
 PACKAGES = ("torch", "torchvision", "lightning", "torchmetrics", "jsonargparse", "tokenizers", "tensorboard")
 
 
@@ -96,7 +98,7 @@ class RunMetadata(pl.Callback):
             step=trainer.global_step,
             test_split=getattr(datamodule, "test_split", None),
             data_splits=getattr(datamodule, "split_checksums", None),
-            metrics={k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(f"{TEST_STAGE}/")},
+            metrics={k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(TEST_PREFIXES)},
         )
         replace(record, test=tested).write(run)
 

@@ -171,7 +171,8 @@ class CausalLM(TaskModule):
                 self.log(f"{self.eval_stage}/ppl", ppl)
         self.unfit.clear()
         self._log_exact_match(scores)
-        if self.trainer.is_global_zero and not self.trainer.testing:  # sampling calls no collective
+        # sampling calls no collective; the trained weights' samples only
+        if self.trainer.is_global_zero and not self.trainer.testing and not self.eval_suffix:
             self._log_samples()
 
     # `cli.py test`: the same evaluation on the data's test split, logged as test/* (`eval_stage`)

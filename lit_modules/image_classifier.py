@@ -184,9 +184,9 @@ class ImageClassifier(TaskModule):
         for idx, computed in enumerate(values):
             for name, value in computed.items():
                 if idx == 0:  # the first loader evaluates at the training size
-                    self.log(f"{stage}/{name}", value, prog_bar=True)
+                    self.log(f"{stage}{self.eval_suffix}/{name}", value, prog_bar=True)
                 if len(values) > 1 and idx in sides:
-                    self.log(f"{stage}/{name}@{sides[idx]}", value)
+                    self.log(f"{stage}{self.eval_suffix}/{name}@{sides[idx]}", value)
 
     def on_validation_epoch_start(self) -> None:
         self._start_evaluation("val", len(self.trainer.num_val_batches))

@@ -117,6 +117,8 @@ class PredictionWriter(BasePredictionWriter):
         assert self.dir is not None, "PredictionWriter.on_predict_start has not run"
         records.sort(key=lambda record: record["index"])
         settings = {**pl_module.predict_settings(), "checkpoint": str(trainer.ckpt_path) if trainer.ckpt_path else None}
+        if getattr(pl_module, "averaged_weights", False):  # --averaging.predict_with averaged
+            settings["weights"] = "averaged"
         self.dir.mkdir(parents=True, exist_ok=True)
         path = self.dir / PREDICTIONS_FILE
         write_atomic(path, "".join(json.dumps(r | {"settings": settings}, ensure_ascii=False) + "\n" for r in records))

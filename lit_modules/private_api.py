@@ -51,6 +51,19 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
     PrivateName(
         "lightning.pytorch.LightningModule", "_trainer", "TaskModule: the trainer, or None where `trainer` raises"
     ),
+    # the same in 2.5.0-2.6.6: what the trainer sets around each hook it calls, and the cache `log` keeps of where
+    # a module's metrics are; WeightAverage calls the averaged copy's evaluation hooks as the trainer would (its
+    # `self.log` needs the hook's name), and the copy's cache came from another module (deepcopy)
+    PrivateName(
+        "lightning.pytorch.LightningModule",
+        "_current_fx_name",
+        "averaging.WeightAverage: the averaged copy's evaluation hooks log like the trainer's calls",
+    ),
+    PrivateName(
+        "lightning.pytorch.LightningModule",
+        "_metric_attributes",
+        "averaging.WeightAverage: the averaged copy's metric names, not the trained module's",
+    ),
 )
 
 # the overridden methods' names and parameters

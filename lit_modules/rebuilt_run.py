@@ -25,6 +25,7 @@ from lightning.pytorch.cli import LightningCLI
 from torch import nn
 
 from contract.errors import ConfigError
+from lit_modules.averaging import averaged_weights, plain_key
 from lit_modules.base import TaskModule
 from lit_modules.suite_cli import cli_main
 from models.interop import to_reference
@@ -70,10 +71,11 @@ def build_run(config: Path) -> tuple[TaskModule, LightningDataModule]:
     return cli.model, cli.datamodule
 
 
-def load_weights(task: TaskModule, checkpoint: dict[str, Any]) -> None:
-    """A Lightning checkpoint's weights into `task`, strictly (a compiled run's keys carry `_orig_mod.`)."""
-    state = checkpoint["state_dict"]
-    task.load_state_dict({key.replace("._orig_mod.", ".", 1): value for key, value in state.items()})
+def load_weights(task: TaskModule, checkpoint: dict[str, Any], averaged: bool = False) -> None:
+    """A Lightning checkpoint's weights into `task`, strictly (a compiled run's keys carry `_orig_mod.`): its trained
+    weights, or with `averaged` its averaged ones (`lit_modules.averaging`; a ConfigError if it has none)."""
+    state = averaged_weights(checkpoint) if averaged else checkpoint["state_dict"]
+    task.load_state_dict({plain_key(key): value for key, value in state.items()})
 
 
 def reference_model(model: nn.Module) -> nn.Module:

@@ -23,6 +23,7 @@ from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
 from contract.run_folder import SWEEP_DIR_VAR
+from lit_modules.averaging import WeightAverage
 from lit_modules.callbacks import DivergenceGuard, RunMetadata
 from lit_modules.config_messages import (
     INSTANTIATION_ERRORS,
@@ -90,6 +91,7 @@ class SuiteCLI(LightningCLI):
         parser.add_lightning_class_args(RunMetadata, "run_metadata")
         parser.add_lightning_class_args(Diagnostics, "diagnostics")  # --diagnostics.every_n_steps 0: off
         parser.add_lightning_class_args(LossSpikes, "loss_spikes")
+        parser.add_lightning_class_args(WeightAverage, "averaging")  # --averaging.kind ema|uniform (default none)
 
     def parse_arguments(self, parser, args) -> None:
         try:

@@ -112,8 +112,9 @@ class Translation(TaskModule):
         metrics["exact_match"].update(torch.tensor(exact, device=self.device))
         metrics["bleu"].update(hypotheses, [[r] for r in references])
         metrics["chrf"].update(hypotheses, [[r] for r in references])
+        prefix = stage + self.eval_suffix  # `val_avg`: the averaged weights' (lit_modules.averaging)
         for name, metric in metrics.items():
-            self.log(f"{stage}/{name}", metric, prog_bar=name in ("loss", "exact_match"), batch_size=len(references))
+            self.log(f"{prefix}/{name}", metric, prog_bar=name in ("loss", "exact_match"), batch_size=len(references))
 
     def validation_step(self, batch: dict[str, Any], batch_idx: int) -> None:
         self._evaluate(batch, "val")

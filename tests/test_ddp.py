@@ -140,6 +140,19 @@ def test_a_completep_model_trains_alike_on_one_or_two_processes(tmp_path, runs):
     assert one[STEPS - 1] != pytest.approx(read_scalars(runs("gpt", 1)).curves["train/loss"][STEPS - 1], rel=1e-3)
 
 
+def test_the_average_of_the_weights_is_the_same_on_one_or_two_processes(tmp_path):
+    """`--averaging`: each process averages its replica (no collective), and the average's metrics are over every
+    validation example, as the trained weights' are."""
+    averaging = ["--averaging.kind=ema", "--averaging.decay=0.8"]
+    one, two = (read_scalars(fit("gpt", n, tmp_path / str(n), *averaging)).curves for n in (1, 2))
+    tags = sorted(t for t in one if t.startswith("val_avg/"))
+    assert "val_avg/loss" in tags and tags == sorted(t for t in two if t.startswith("val_avg/"))
+    for tag in tags:
+        for step, value in one[tag].items():
+            assert two[tag][step] == pytest.approx(value, rel=1e-4, abs=1e-6, nan_ok=True), f"{tag} at step {step}"
+    assert one["val_avg/loss"] != one["val/loss"]
+
+
 @pytest.mark.slow  # Lightning's resume on 2 processes (48 s); the per-family DDP tests stay; make test-all
 def test_a_killed_ddp_run_resumes_to_the_same_end(tmp_path, runs):
     """SIGKILL to the launcher's process group mid-run; the resumed run ends where an uninterrupted one does."""

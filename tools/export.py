@@ -1,13 +1,15 @@
 """`cli.py export`: a trained run as the equivalent transformers / timm model, saved the library's way.
 
     python cli.py export --config RUN/config.yaml --ckpt_path RUN/checkpoints/X.ckpt --out DIR [--format suite]
+                         [--weights averaged]
 
 The run's task module and DataModule are rebuilt from its `config.yaml` (`lit_modules.rebuilt_run.build_run`);
 the checkpoint's weights are loaded into it with `weights_only=True` (tensors and plain containers, never
 code); `models.interop.to_reference` makes the reference model, and it is written with transformers'
 `save_pretrained` or timm's `save_for_hf` (safetensors weights and timm's config.json), so it opens
 with `<Class>.from_pretrained(DIR)` or `timm.create_model("local-dir:DIR", pretrained=True)`.
-Not written: the tokenizer (the suite's vocabulary is its DataModule's).
+Not written: the tokenizer (the suite's vocabulary is its DataModule's). `--weights averaged` exports the
+checkpoint's averaged weights (a run trained with `--averaging.kind ema|uniform`) instead of its trained ones.
 
 A LoRA run is exported with its updates merged into the base weights (exact up to float rounding), so
 either format is a plain model. `--format suite` writes the suite's own plain model instead
@@ -25,7 +27,8 @@ CPU-only machine; a compiled run's checkpoint loads as well.
 
 Exit status: 0; 1 when the model has no equivalent reference (the message names every setting) or
 an adapter run asks for a merged model;
-2 for a missing file, a checkpoint that does not fit the config, or a missing reference library.
+2 for a missing file, a checkpoint that does not fit the config (or has no average to export), or a missing
+reference library.
 """
 
 from __future__ import annotations
@@ -54,6 +57,12 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         default="reference",
         help="reference: the transformers/timm equivalent; suite: the suite's plain model (LoRA merged), model.pt",
     )
+    parser.add_argument(
+        "--weights",
+        choices=("raw", "averaged"),
+        default="raw",
+        help="raw: the trained weights; averaged: the checkpoint's average (a run with --averaging.kind ema|uniform)",
+    )
     return parser.parse_args(argv)
 
 
@@ -76,7 +85,10 @@ def main(argv: list[str]) -> int:
     task.init_from = None  # the checkpoint holds every weight; the run's starting point may be gone
     task.prepare_model()  # a PEFT run's own parameters (LoRA, adapters), which its checkpoint holds
     try:
-        load_weights(task, checkpoint)
+        load_weights(task, checkpoint, averaged=args.weights == "averaged")
+    except ConfigError as error:  # no average in the checkpoint
+        print(f"error: --weights averaged: {error}", flush=True)
+        return 2
     except (RuntimeError, KeyError, TypeError) as error:
         print(
             f"error: {args.ckpt_path} does not fit the model of {args.config} ({error}); pass a checkpoint "

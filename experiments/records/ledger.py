@@ -19,6 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.files import write_atomic
+from contract.metrics import AVERAGED_SUFFIX
 from contract.run_folder import TEST_STAGE
 from contract.run_record import RUN_DIAGNOSTICS, RUN_STATS, RunRecordError, read_run_record
 from experiments.records.values import format_value
@@ -45,8 +46,12 @@ def metric_sort_key(name: str) -> tuple:
     return (not name.startswith("train/"), base, int(length) if length.isdigit() else -1, name)
 
 
+# the evaluated stages' prefixes: the trained weights' and, with `--averaging.kind`, the average's (`val_avg/loss`)
+EVAL_PREFIXES = tuple(f"{stage}{suffix}/" for stage in ("val", TEST_STAGE) for suffix in ("", AVERAGED_SUFFIX))
+
+
 def is_metric_column(name: str) -> bool:
-    return name.startswith(("val/", "train/", f"{TEST_STAGE}/"))
+    return name.startswith(("train/", *EVAL_PREFIXES))
 
 
 def _number(value: float | None) -> str:
@@ -62,9 +67,10 @@ def collect_row(
 ) -> dict[str, str]:
     """A ledger row from what the run left in its folder: `run.json` and the event files.
 
-    Metrics: the last finite value of every `val/*` scalar, the last `train/loss`, and the `test/*` metrics
-    `run.json` records of the run's test (tuned sweeps evaluate their final runs); `git_commit` as the
-    run recorded it (`-dirty` when its tree had uncommitted changes; empty when it never reached fit).
+    Metrics: the last finite value of every `val/*` (and `val_avg/*`) scalar, the last `train/loss`, and the
+    `test/*` (and `test_avg/*`) metrics `run.json` records of the run's test (tuned sweeps evaluate their final
+    runs); `git_commit` as the run recorded it (`-dirty` when its tree had uncommitted changes; empty when it
+    never reached fit).
 
     Args:
         run_dir: `DIR/<cell>/seed<k>`.
@@ -94,7 +100,7 @@ def collect_row(
     headlines = {key: getattr(probe, key) for key in RUN_DIAGNOSTICS if probe and getattr(probe, key) is not None}
     row |= {f"diagnostics/{key}": _number(value) for key, value in headlines.items()}
     for tag in scalars.curves:
-        if tag.startswith("val/"):
+        if tag.startswith(("val/", f"val{AVERAGED_SUFFIX}/")):
             row[tag] = _number(scalars.last(tag, finite=True))
     if "train/loss" in scalars.curves:
         row["train/loss"] = _number(scalars.last("train/loss"))
