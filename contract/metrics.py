@@ -12,6 +12,10 @@ from typing import Literal
 Direction = Literal["lower", "higher"]
 # a stage's suffix for the metrics of the averaged weights (`--averaging.kind`): `val_avg/loss`, `test_avg/acc`
 AVERAGED_SUFFIX = "_avg"
+# the tags a run's validation logs (the trained weights' and the average's), and with the test split's, every
+# evaluation tag a ledger, a spec's report options and the analysis read
+VALIDATION_PREFIXES = ("val/", f"val{AVERAGED_SUFFIX}/")
+EVALUATION_PREFIXES = (*VALIDATION_PREFIXES, "test/", f"test{AVERAGED_SUFFIX}/")
 
 METRIC_DIRECTIONS: dict[str, Direction] = {
     "loss": "lower",
@@ -36,6 +40,11 @@ def metric_base_name(tag: str) -> str:
     if not matches:
         raise KeyError(f"metric {tag!r} has no declared direction; add its name to contract.metrics.METRIC_DIRECTIONS")
     return max(matches, key=len)
+
+
+def on_test_split(tag: str) -> str:
+    """The test split's tag of a validation tag: `val/loss` -> `test/loss`, `val_avg/loss` -> `test_avg/loss`."""
+    return "test" + tag[len("val") :] if tag.startswith(VALIDATION_PREFIXES) else tag
 
 
 def higher_is_better(tag: str) -> bool:

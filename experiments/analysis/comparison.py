@@ -6,7 +6,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from contract.metrics import higher_is_better
+from contract.metrics import EVALUATION_PREFIXES, higher_is_better, on_test_split
 from contract.run_folder import DIVERGED, DONE, FAILED
 from experiments.analysis.stats import Comparison, Summary, paired_difference, summarize
 from experiments.records.ledger import PHASE_COLUMN, SEARCH_PHASE, VERIFY_PHASE, Ledger, metric_sort_key
@@ -107,8 +107,8 @@ def main_metric(metrics: list[str], info: dict[str, Any]) -> str | None:
     """What ranks the cells: a tuned sweep's selection metric on the test split (`val/loss` selects,
     `test/loss` compares); otherwise `val/loss`, else the first validation metric."""
     tuned = (info.get("tune") or {}).get("metric")
-    if tuned and tuned.replace("val/", "test/", 1) in metrics:
-        return tuned.replace("val/", "test/", 1)
+    if tuned and on_test_split(tuned) in metrics:
+        return on_test_split(tuned)
     return "val/loss" if "val/loss" in metrics else next((m for m in metrics if m.startswith("val/")), None)
 
 
@@ -129,7 +129,7 @@ def analyse(ledger: Ledger, info: dict[str, Any]) -> Analysis:
     cells = [CellResult(name, [r for (c, _), r in compared.items() if c == name]) for name in order]
     cells = [c for c in cells if c.rows]
     columns = {key for row in compared.values() for key in row}
-    metrics = sorted((k for k in columns if k.startswith(("val/", "test/"))), key=metric_sort_key)
+    metrics = sorted((k for k in columns if k.startswith(EVALUATION_PREFIXES)), key=metric_sort_key)
     main = main_metric(metrics, info)
     baseline = info.get("baseline") if info.get("baseline") in {c.name for c in cells} else None
     base_cell = next((c for c in cells if c.name == baseline), None)

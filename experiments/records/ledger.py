@@ -19,8 +19,7 @@ from pathlib import Path
 from typing import Any
 
 from contract.files import write_atomic
-from contract.metrics import AVERAGED_SUFFIX
-from contract.run_folder import TEST_STAGE
+from contract.metrics import EVALUATION_PREFIXES, VALIDATION_PREFIXES
 from contract.run_record import RUN_DIAGNOSTICS, RUN_STATS, RunRecordError, read_run_record
 from experiments.records.values import format_value
 
@@ -47,7 +46,7 @@ def metric_sort_key(name: str) -> tuple:
 
 
 # the evaluated stages' prefixes: the trained weights' and, with `--averaging.kind`, the average's (`val_avg/loss`)
-EVAL_PREFIXES = tuple(f"{stage}{suffix}/" for stage in ("val", TEST_STAGE) for suffix in ("", AVERAGED_SUFFIX))
+EVAL_PREFIXES = EVALUATION_PREFIXES
 
 
 def is_metric_column(name: str) -> bool:
@@ -100,7 +99,7 @@ def collect_row(
     headlines = {key: getattr(probe, key) for key in RUN_DIAGNOSTICS if probe and getattr(probe, key) is not None}
     row |= {f"diagnostics/{key}": _number(value) for key, value in headlines.items()}
     for tag in scalars.curves:
-        if tag.startswith(("val/", f"val{AVERAGED_SUFFIX}/")):
+        if tag.startswith(VALIDATION_PREFIXES):
             row[tag] = _number(scalars.last(tag, finite=True))
     if "train/loss" in scalars.curves:
         row["train/loss"] = _number(scalars.last("train/loss"))

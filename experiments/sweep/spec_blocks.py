@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import asdict, dataclass, field, fields
 from typing import Any, Union, get_args, get_origin, get_type_hints
 
+from contract.metrics import EVALUATION_PREFIXES
 from experiments.sweep.spec_cells import Value
 from experiments.sweep.spec_error import SpecError
 from experiments.sweep.spec_source import Lines, Located, known_keys
@@ -85,7 +86,7 @@ class LauncherOptions:
 
 
 def _is_metric(name: Any) -> bool:
-    return isinstance(name, str) and name.startswith(("val/", "test/"))
+    return isinstance(name, str) and name.startswith(EVALUATION_PREFIXES)
 
 
 @dataclass(frozen=True)

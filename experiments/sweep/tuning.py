@@ -31,7 +31,7 @@ from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from contract.metrics import higher_is_better, metric_base_name
+from contract.metrics import VALIDATION_PREFIXES, higher_is_better, metric_base_name
 from experiments.sweep.ladder import HasOverrides
 
 if TYPE_CHECKING:
@@ -131,8 +131,8 @@ def parse_tune(raw: Any, seeds: tuple[int, ...], fixed_and_axes: tuple[str, ...]
     if isinstance(extend, bool) or not isinstance(extend, int) or extend < 0:
         raise TuneError(f"tune.extend: needs a number of steps (0 or more), got {extend!r}")
     metric = raw.get("metric", "val/loss")
-    if not isinstance(metric, str) or not metric.startswith("val/"):
-        raise TuneError(f"tune.metric: selection is on validation: needs a val/* metric, got {metric!r}")
+    if not isinstance(metric, str) or not metric.startswith(VALIDATION_PREFIXES):
+        raise TuneError(f"tune.metric: selection is on validation: needs a val/* (or val_avg/*) metric, got {metric!r}")
     try:
         metric_base_name(metric)
     except KeyError as err:
