@@ -22,6 +22,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from contract.disk import disk_full
 from contract.run_folder import SWEEP_DIR_VAR
 from lit_modules.callbacks import DivergenceGuard, RunMetadata
 from lit_modules.config_messages import (
@@ -146,12 +147,17 @@ class SuiteCLI(LightningCLI):
     # private (lit_modules.private_api)
     def _run_subcommand(self, subcommand: str) -> None:
         # Some DataModules read (and check) their files only in prepare_data/setup; what a DataModule
-        # raises there is the user's to fix (a missing or corrupt file). Any other error keeps its traceback.
+        # raises there is the user's to fix (a missing or corrupt file). Any other error keeps its traceback,
+        # but a full disk, which `cli.py` says in one line, naming the run's folder when the write named no file.
         try:
             super()._run_subcommand(subcommand)
-        except INSTANTIATION_ERRORS as err:
-            error = as_config_error(err, only="data")
-            if error is None:
+        except Exception as err:
+            full = disk_full(err)
+            if full is not None and full.filename is None:  # a write that names no file (TensorBoard's events)
+                folder = Path(self.trainer.log_dir or self.trainer.default_root_dir)
+                raise OSError(full.errno, full.strerror, str(folder)) from err
+            error = as_config_error(err, only="data") if isinstance(err, INSTANTIATION_ERRORS) else None
+            if error is None:  # a full disk among them: `cli.py` says it in one line
                 raise
             raise error from err
 
