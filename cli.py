@@ -32,6 +32,10 @@ torch.set_flush_denormal(True)
 # Library deprecations that are not the user's business, each printed once per process in every run:
 # Lightning 2.6's pytree helper still calls torch's deprecated `isinstance(treespec, LeafSpec)`.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
+# Where SLURM is installed (a cluster's login node), Lightning suggests `srun` for every trainer of a process SLURM
+# did not start, several times per command (`samples`: once per cell); the suite's runs are deliberately not (the
+# slurm launcher's are: `srun` starts them, and then Lightning is silent). Its hint also quotes the command line.
+warnings.filterwarnings("ignore", message="The `srun` command is available on your system but is not used")
 
 from lit_modules.suite_cli import DEBUG_VAR, cli_main  # noqa: E402  (after the flush: importing Lightning starts the pool)
 

@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import warnings
 from argparse import ArgumentError
 from pathlib import Path
 from typing import Any
@@ -211,10 +210,6 @@ def cli_main(args: list[str] | None = None, run: bool = True, cli_class: type[Su
     if in_sweep():
         for name in LIGHTNING_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
-        # on a machine with SLURM installed, Lightning suggests `srun` for every process it was not started by;
-        # a sweep's pool and local runs are deliberately not (the slurm launcher's are). Its hint quotes the
-        # command line, which also differs between a warm and a fresh run of the same command
-        warnings.filterwarnings("ignore", message="The `srun` command is available on your system but is not used")
     try:
         return cli_class(
             pl.LightningModule,
