@@ -14,10 +14,14 @@ python cli.py export --config RUN/config.yaml --ckpt_path CKPT --out DIR   the t
 from __future__ import annotations
 
 import importlib
+import os
 import sys
+import threading
 import warnings
 
 import torch
+
+from contract.disk import disk_full, disk_full_line
 
 # Denormal floats (below 1.2e-38) take a slow microcode path on x86 CPUs. ALiBi's distant keys put softmax's
 # exp(score − max) there (−m·distance reaches −256 at T = 1,024), which made its CPU training step twice
@@ -28,8 +32,22 @@ torch.set_flush_denormal(True)
 # Library deprecations that are not the user's business, each printed once per process in every run:
 # Lightning 2.6's pytree helper still calls torch's deprecated `isinstance(treespec, LeafSpec)`.
 warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` is deprecated")
+# Where SLURM is installed (a cluster's login node), Lightning suggests `srun` for every trainer of a process SLURM
+# did not start, several times per command (`samples`: once per cell); the suite's runs are deliberately not (the
+# slurm launcher's are: `srun` starts them, and then Lightning is silent). Its hint also quotes the command line.
+warnings.filterwarnings("ignore", message="The `srun` command is available on your system but is not used")
 
-from lit_modules.suite_cli import cli_main  # noqa: E402  (after the flush: importing Lightning starts the pool)
+from lit_modules.suite_cli import DEBUG_VAR, cli_main  # noqa: E402  (after the flush: importing Lightning starts the pool)
+
+
+def _quiet_full_disk(args: threading.ExceptHookArgs) -> None:
+    """A thread's full disk (TensorBoard's event writer re-raises its write's) is said once, in `main`'s line: the
+    main thread meets it at its next write there; any other thread's exception prints as before."""
+    if disk_full(args.exc_value) is None:
+        threading.__excepthook__(args)
+
+
+threading.excepthook = _quiet_full_disk
 
 TOOLS = {
     "sweep": "tools.sweep",
@@ -43,10 +61,19 @@ TOOLS = {
 
 
 def main(argv: list[str] | None = None) -> int:
+    """Runs a tool or a LightningCLI subcommand; a full disk ends it with one line on stderr (the path, the free
+    space there, what to do) and exit status 1, not a traceback (unless `SUITE_DEBUG` is set)."""
     words = sys.argv[1:] if argv is None else argv
-    if words and words[0] in TOOLS:
-        return importlib.import_module(TOOLS[words[0]]).main(words[1:])
-    cli_main(argv)
+    try:
+        if words and words[0] in TOOLS:
+            return importlib.import_module(TOOLS[words[0]]).main(words[1:])
+        cli_main(argv)
+    except Exception as err:
+        full = disk_full(err)
+        if full is None or os.environ.get(DEBUG_VAR):
+            raise
+        print(disk_full_line(full), file=sys.stderr)
+        return 1
     return 0
 
 

@@ -24,6 +24,7 @@ import numpy as np
 import torch
 from torch import Tensor
 
+from contract.disk import writing
 from contract.files import write_json_atomic
 from datamodules.text_files import Source, records
 from datamodules.tokenization import BPETokenizer, Tokenizer, tokenizer_from_dict
@@ -181,23 +182,28 @@ def build(directory: Path, split_sources: dict[str, list[Source]], tokenizer: To
     shutil.rmtree(tmp, ignore_errors=True)
     tmp.mkdir(parents=True)
     tokens: dict[str, int] = {}
-    for split, files in split_sources.items():
-        tokens[split] = 0
-        with open(tmp / f"{split}.bin", "wb") as out:
-            for ids in _encoded_chunks(tokenizer, records(files), workers):
-                out.write(ids.astype(dtype).tobytes())
-                tokens[split] += len(ids)
-    manifest = {
-        "version": STORE_VERSION,
-        "sources": _sources_record(split_sources),
-        "tokenizer": {"kind": tokenizer.to_dict()["kind"], "sha256": fingerprint(tokenizer),
-                      "vocab_size": tokenizer.vocab_size},
-        "dtype": dtype,
-        "tokens": tokens,
-        "seconds": round(time.monotonic() - started, 3),
-    }  # fmt: skip
-    (tmp / TOKENIZER).write_text(json.dumps(tokenizer.to_dict()))
-    write_json_atomic(tmp / MANIFEST, manifest)
+    try:  # a failed build (a full disk: the error names the store) leaves no half-written folder to fill it
+        with writing(directory, instead=True):
+            for split, files in split_sources.items():
+                tokens[split] = 0
+                with open(tmp / f"{split}.bin", "wb") as out:
+                    for ids in _encoded_chunks(tokenizer, records(files), workers):
+                        out.write(ids.astype(dtype).tobytes())
+                        tokens[split] += len(ids)
+            manifest = {
+                "version": STORE_VERSION,
+                "sources": _sources_record(split_sources),
+                "tokenizer": {"kind": tokenizer.to_dict()["kind"], "sha256": fingerprint(tokenizer),
+                              "vocab_size": tokenizer.vocab_size},
+                "dtype": dtype,
+                "tokens": tokens,
+                "seconds": round(time.monotonic() - started, 3),
+            }  # fmt: skip
+            (tmp / TOKENIZER).write_text(json.dumps(tokenizer.to_dict()))
+            write_json_atomic(tmp / MANIFEST, manifest)
+    except BaseException:
+        shutil.rmtree(tmp, ignore_errors=True)
+        raise
     shutil.rmtree(directory, ignore_errors=True)
     os.replace(tmp, directory)
     return manifest

@@ -21,6 +21,7 @@ from jsonargparse import ArgumentParser
 from lightning.fabric.utilities.exceptions import MisconfigurationException
 from torch import nn
 
+from contract.disk import disk_full
 from models.config import ArchConfig, ConfigError
 
 # What a constructor raises for a bad argument, a missing or corrupt file, a device that is not there.
@@ -170,7 +171,9 @@ def _error_place(err: BaseException) -> str:
 
 def as_config_error(err: BaseException, only: str | None = None) -> ConfigError | None:
     """`err` as a `ConfigError` saying where it arose (`data: <message>`), if a constructor's or a
-    library's own check raised it (`_user_cause`) and, with `only`, in that place; else `None`."""
+    library's own check raised it (`_user_cause`) and, with `only`, in that place; else `None` (a full disk too)."""
+    if disk_full(err) is not None:  # not the configuration's fault: `cli.py` says it in its own line
+        return None
     cause = _user_cause(err)
     place = _error_place(cause) if cause is not None else ""
     if cause is None or only not in (None, place):

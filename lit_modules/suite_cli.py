@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import sys
-import warnings
 from argparse import ArgumentError
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,7 @@ import lightning.pytorch as pl
 from lightning.pytorch.callbacks import ProgressBar
 from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 
+from contract.disk import disk_full
 from contract.run_folder import SWEEP_DIR_VAR
 from lit_modules.averaging import WeightAverage
 from lit_modules.callbacks import DivergenceGuard, RunMetadata
@@ -148,12 +148,17 @@ class SuiteCLI(LightningCLI):
     # private (lit_modules.private_api)
     def _run_subcommand(self, subcommand: str) -> None:
         # Some DataModules read (and check) their files only in prepare_data/setup; what a DataModule
-        # raises there is the user's to fix (a missing or corrupt file). Any other error keeps its traceback.
+        # raises there is the user's to fix (a missing or corrupt file). Any other error keeps its traceback,
+        # but a full disk, which `cli.py` says in one line, naming the run's folder when the write named no file.
         try:
             super()._run_subcommand(subcommand)
-        except INSTANTIATION_ERRORS as err:
-            error = as_config_error(err, only="data")
-            if error is None:
+        except Exception as err:
+            full = disk_full(err)
+            if full is not None and full.filename is None:  # a write that names no file (TensorBoard's events)
+                folder = Path(self.trainer.log_dir or self.trainer.default_root_dir)
+                raise OSError(full.errno, full.strerror, str(folder)) from err
+            error = as_config_error(err, only="data") if isinstance(err, INSTANTIATION_ERRORS) else None
+            if error is None:  # a full disk among them: `cli.py` says it in one line
                 raise
             raise error from err
 
@@ -207,10 +212,6 @@ def cli_main(args: list[str] | None = None, run: bool = True, cli_class: type[Su
     if in_sweep():
         for name in LIGHTNING_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
-        # on a machine with SLURM installed, Lightning suggests `srun` for every process it was not started by;
-        # a sweep's pool and local runs are deliberately not (the slurm launcher's are). Its hint quotes the
-        # command line, which also differs between a warm and a fresh run of the same command
-        warnings.filterwarnings("ignore", message="The `srun` command is available on your system but is not used")
     try:
         return cli_class(
             pl.LightningModule,

@@ -87,8 +87,8 @@ class Attention(nn.Module):
     def __init__(self, cfg: ArchConfig, cross: bool = False):
         super().__init__()
         self.cross = cross
-        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.kv_heads, cfg.head_dim
-        q_dim, kv_dim = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim
+        self.n_heads, self.n_kv_heads, self.head_dim = cfg.n_heads, cfg.kv_heads, cfg.d_head
+        q_dim, kv_dim = cfg.n_heads * cfg.d_head, cfg.kv_heads * cfg.d_head
         if cross:
             self.q = nn.Linear(cfg.d_model, q_dim, bias=cfg.bias)
             self.kv = nn.Linear(cfg.d_model, 2 * kv_dim, bias=cfg.bias)

@@ -130,7 +130,7 @@ class TransformerModel(nn.Module):
         (halved for causal attention, which only sees the past). Training ≈ 3× this."""
         flops = 2.0 * self.matmul_parameters()
         if include_attention:
-            attn = 4.0 * seq_len * self.cfg.n_heads * self.cfg.head_dim * self._attention_layers()
+            attn = 4.0 * seq_len * self.cfg.n_heads * self.cfg.d_head * self._attention_layers()
             flops += attn / 2 if self.causal else attn
         return flops
 

@@ -6,11 +6,12 @@ Importable without torch so the CLI can validate flags before building anything.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal, get_args
+from typing import Literal
 
 from contract.errors import ConfigError  # noqa: F401  (re-exported: every config check raises it)
 from contract.labels import IGNORE_INDEX  # noqa: F401  (re-exported: the models compute the loss with it)
 
+from .config_checks import check
 from .parametrization import PARAMETRIZATIONS, Parametrization, Scheme
 from .positional_facts import POSITIONAL_FACTS, PosEncoding, PositionalFacts  # re-exported
 
@@ -25,13 +26,19 @@ SinusoidalLayout = Literal["interleaved", "halves"]
 
 GATED_ACTIVATIONS = ("swiglu", "geglu")
 
-
-def _choices(literal) -> str:
-    return ", ".join(repr(c) for c in get_args(literal))
-
-
-def _divisors(n: int) -> str:
-    return ", ".join(str(d) for d in range(1, n + 1) if n % d == 0)
+# the fields whose value must be one of their `Literal`'s (`config_checks.check`)
+LITERALS = (
+    ("pos_encoding", PosEncoding),
+    ("norm", NormName),
+    ("norm_placement", NormPlacement),
+    ("activation", Activation),
+    ("gelu_approximate", GeluApproximation),
+    ("bias_backward", BiasBackward),
+    ("sinusoidal_layout", SinusoidalLayout),
+    ("qk_norm", QKNormName),
+    ("qk_norm_scope", QKNormScope),
+    ("parametrization", Parametrization),
+)
 
 
 def default_d_ff(d_model: int, activation: str, multiple_of: int = 64) -> int:
@@ -61,6 +68,9 @@ class ArchConfig:
             and a shallow decoder keep quality and decode faster (Kasai et al. 2021).
         n_heads: query heads.
         n_kv_heads: key/value heads (GQA/MQA); `None` means `n_heads` (MHA).
+        head_dim: each head's width, apart from d_model: the query projection is d_model -> n_heads·head_dim
+            and the output projection back (Qwen3-0.6B: d 1,024, 16 heads of 128; gemma-2-2b: d 2,304, 8
+            of 256); `None` means d_model / n_heads, which must then divide. `d_head` is the width in use.
         d_ff: FFN hidden width; `None` picks `default_d_ff(d_model, activation, ffn_multiple_of)`.
         ffn_multiple_of: a gated FFN's default width (`d_ff: None`) is 8/3·d rounded up to this
             multiple (Llama's `multiple_of`); 1 matches a plain FFN's parameters exactly at any width.
@@ -147,6 +157,7 @@ class ArchConfig:
     n_decoder_layers: int | None = None
     n_heads: int = 4
     n_kv_heads: int | None = None
+    head_dim: int | None = None
     d_ff: int | None = None
     ffn_multiple_of: int = 64
     max_seq_len: int | None = None
@@ -188,81 +199,7 @@ class ArchConfig:
     logit_softcap: float | None = None
 
     def __post_init__(self) -> None:
-        for name, literal in (
-            ("pos_encoding", PosEncoding),
-            ("norm", NormName),
-            ("norm_placement", NormPlacement),
-            ("activation", Activation),
-            ("gelu_approximate", GeluApproximation),
-            ("bias_backward", BiasBackward),
-            ("sinusoidal_layout", SinusoidalLayout),
-            ("qk_norm", QKNormName),
-            ("qk_norm_scope", QKNormScope),
-            ("parametrization", Parametrization),
-        ):
-            value = getattr(self, name)
-            if value not in get_args(literal):
-                raise ConfigError(f"{name}={value!r} is not valid; choose one of {_choices(literal)}")
-        # None: max_seq_len is taken from the data, a stack depth is n_layers
-        optional = ("max_seq_len", "n_encoder_layers", "n_decoder_layers", "base_width", "base_depth")
-        set_sizes = tuple(name for name in optional if getattr(self, name) is not None)
-        for name in ("vocab_size", "d_model", "n_layers", "n_heads", "ffn_multiple_of", *set_sizes):
-            if getattr(self, name) < 1:
-                raise ConfigError(f"{name}={getattr(self, name)} must be a positive integer")
-        for name, needs in (("base_width", ("mup", "completep")), ("base_depth", ("completep",))):
-            if getattr(self, name) is not None and self.parametrization not in needs:
-                raise ConfigError(
-                    f"{name}={getattr(self, name)} has no effect under parametrization={self.parametrization!r}; "
-                    f"set parametrization to {' or '.join(map(repr, needs))}, or drop {name}"
-                )
-        if self.learned_pos_offset < 0:
-            raise ConfigError(f"learned_pos_offset={self.learned_pos_offset} must be 0 or more (BART uses 2)")
-        if self.d_model % self.n_heads:
-            raise ConfigError(
-                f"d_model={self.d_model} is not divisible by n_heads={self.n_heads}; "
-                f"choose n_heads among {_divisors(self.d_model)}"
-            )
-        if self.n_heads % self.kv_heads:
-            raise ConfigError(
-                f"n_heads={self.n_heads} is not divisible by n_kv_heads={self.n_kv_heads}; "
-                f"choose n_kv_heads among {_divisors(self.n_heads)}"
-            )
-        if not 0.0 < self.rope_fraction <= 1.0:
-            raise ConfigError(f"rope_fraction={self.rope_fraction} must be in (0, 1]")
-        if self.pos_encoding == "rope" and self.rotary_dim % 2:
-            raise ConfigError(
-                f"pos_encoding='rope' needs an even rotary dim, got head_dim*rope_fraction="
-                f"{self.rotary_dim}; change d_model, n_heads or rope_fraction"
-            )
-        if self.rope_layers is not None:
-            depth = max(self.n_layers, self.encoder_layers, self.decoder_layers)
-            if self.pos_encoding != "rope":
-                raise ConfigError(
-                    f"rope_layers={self.rope_layers} needs pos_encoding='rope', not {self.pos_encoding!r}"
-                )
-            if any(not 0 <= layer < depth for layer in self.rope_layers):
-                raise ConfigError(f"rope_layers={self.rope_layers}: layers are 0..{depth - 1} (0-based)")
-        if self.pos_encoding == "t5" and not (
-            self.t5_num_buckets >= 4 and self.t5_max_distance > self.t5_num_buckets // 2
-        ):
-            # distances below num_buckets/2 get a bucket each; the log-spaced rest needs room up to
-            # max_distance (log(max_distance / max_exact) > 0), or the buckets are garbage indices
-            raise ConfigError(
-                f"t5_num_buckets={self.t5_num_buckets}, t5_max_distance={self.t5_max_distance}: T5 needs "
-                f"t5_num_buckets >= 4 and t5_max_distance > t5_num_buckets // 2 ({self.t5_num_buckets // 2}), "
-                "e.g. T5's 32 and 128"
-            )
-        for name in ("attn_softcap", "logit_softcap"):
-            if getattr(self, name) is not None and getattr(self, name) <= 0:
-                raise ConfigError(f"{name}={getattr(self, name)} must be positive or null (Gemma 2: 50 and 30)")
-        if not 0.0 <= self.dropout < 1.0:
-            raise ConfigError(f"dropout={self.dropout} must be in [0, 1)")
-        if not 0.0 <= self.drop_path < 1.0:
-            raise ConfigError(f"drop_path={self.drop_path} must be in [0, 1) (DeiT-S uses 0.1)")
-        if not isinstance(self.activation_checkpointing, bool):  # a truthy string would switch it on silently
-            raise ConfigError(
-                f"activation_checkpointing={self.activation_checkpointing!r} is not valid; choose one of True, False"
-            )
+        check(self, LITERALS)
 
     @property
     def final_norm(self) -> bool:
@@ -270,8 +207,9 @@ class ArchConfig:
         return self.norm_placement != "post"
 
     @property
-    def head_dim(self) -> int:
-        return self.d_model // self.n_heads
+    def d_head(self) -> int:
+        """Each head's width: `head_dim`, else d_model / n_heads."""
+        return self.head_dim or self.d_model // self.n_heads
 
     @property
     def encoder_layers(self) -> int:
@@ -291,7 +229,7 @@ class ArchConfig:
 
     @property
     def rotary_dim(self) -> int:
-        return int(self.head_dim * self.rope_fraction)
+        return int(self.d_head * self.rope_fraction)
 
     @property
     def positional(self) -> PositionalFacts:
@@ -335,4 +273,4 @@ class ArchConfig:
         """The attention score scale: `attn_scale`, else 1/d_head under µP, else None (SDPA's 1/√d_head)."""
         if self.attn_scale is not None or self.scheme.attention_exponent == 0.5:
             return self.attn_scale
-        return self.head_dim**-self.scheme.attention_exponent
+        return self.d_head**-self.scheme.attention_exponent

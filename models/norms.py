@@ -46,5 +46,5 @@ def build_qk_norms(cfg: ArchConfig, q_dim: int, kv_dim: int) -> tuple[nn.Module,
     `qk_norm_scope: head`, over each head's vector; None without."""
     if cfg.qk_norm == "none":
         return None
-    dims = (q_dim, kv_dim) if cfg.qk_norm_scope == "projection" else (cfg.head_dim, cfg.head_dim)
+    dims = (q_dim, kv_dim) if cfg.qk_norm_scope == "projection" else (cfg.d_head, cfg.d_head)
     return NORMS[cfg.qk_norm](dims[0], cfg, cfg.dyt_alpha), NORMS[cfg.qk_norm](dims[1], cfg, cfg.dyt_alpha)

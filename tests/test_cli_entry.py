@@ -51,3 +51,33 @@ def test_a_sweeps_run_prints_its_progress_and_nothing_a_user_scrolls_past(tmp_pa
     for noise in noises:
         assert noise not in text, noise
     assert "Trainable params" in _fit(tmp_path, "--trainer.enable_model_summary=true")
+
+
+HINT = "The `srun` command is available on your system but is not used"
+DETECT = "from lightning.fabric.plugins.environments import SLURMEnvironment; SLURMEnvironment.detect()"
+
+
+def _login_node(tmp_path: Path) -> dict[str, str]:
+    """A cluster's login node, whatever this machine is: an `srun` on PATH (a stub nothing runs), no SLURM job."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "srun").write_text("#!/bin/sh\nexit 0\n")
+    (bin_dir / "srun").chmod(0o755)
+    env = {key: value for key, value in os.environ.items() if not key.startswith("SLURM_")}
+    return env | {"PATH": f"{bin_dir}{os.pathsep}{os.environ['PATH']}"}
+
+
+def test_lightnings_srun_hint_is_silenced_for_every_command(tmp_path):
+    """Lightning suggests `srun` wherever it finds one and SLURM did not start the process; `cli.py` silences it
+    before any command runs, so a user's `fit` (outside a sweep, Lightning's other notes shown) and `prepare` (which
+    silenced it alone before) print no hint."""
+    env = _login_node(tmp_path)
+    run = lambda *argv: subprocess.run(argv, cwd=ROOT, env=env, capture_output=True, text=True, check=True)  # noqa: E731
+    assert HINT in run(sys.executable, "-c", DETECT).stderr  # what the stub makes Lightning say
+    assert HINT not in run(sys.executable, "-c", f"import cli; {DETECT}").stderr
+    fit = run(
+        sys.executable, "cli.py", "fit", *TINY_RUN, f"--trainer.default_root_dir={tmp_path}", "--trainer.max_steps=2"
+    )
+    assert "GPU available" in fit.stderr and "srun" not in fit.stdout + fit.stderr
+    prepare = run(sys.executable, "cli.py", "prepare", *TINY_RUN)
+    assert "prepared TextDataModule" in prepare.stdout and "srun" not in prepare.stdout + prepare.stderr

@@ -43,7 +43,6 @@ def main(argv: list[str]) -> int:
         logging.getLogger(name).setLevel(logging.WARNING)
     with warnings.catch_warnings():
         warnings.filterwarnings("ignore", message="LightningCLI's args parameter is intended")  # cli.py's own words
-        warnings.filterwarnings("ignore", message="The `srun` command is available")
         datamodule = cli_main(argv, run=False, cli_class=PrepareCLI).datamodule
     seconds = time.monotonic() - started
     store = getattr(datamodule, "prepared_store", None)  # a DataModule reading a token store has one

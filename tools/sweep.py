@@ -8,6 +8,7 @@ start and its patch kept with every run; a spec with `require_clean: true` refus
 
 Exit status: the number of failed runs (0 when every run is done or diverged, or left to another
 process; capped at 125); 2 for a spec that cannot run (or a dirty tree it refuses); 130 when interrupted.
+A full disk stops the sweep (`experiments.sweep.launchers.pool`) and `cli.py` says so in one line, exit status 1.
 """
 
 from __future__ import annotations

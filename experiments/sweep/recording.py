@@ -87,8 +87,8 @@ class Recorder:
             return
         values = self.axis_values[run.base_cell] | dict(run.columns)  # a tuned run adds its phase and values
         row = collect_row(run.dir, run.cell, run.seed, result.status, result.error, values)
+        self.progress.ended(run, result, started)  # said first: a full disk may refuse the row
         self.ledger.put(row)
-        self.progress.ended(run, result, started)
 
     def collect(self, actions: dict[Run, Action]) -> None:
         """Records the runs that ended but are not in the ledger (the sweep stopped right after them, or

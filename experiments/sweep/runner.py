@@ -20,8 +20,10 @@ import time
 import zipfile
 from collections.abc import Callable
 from dataclasses import dataclass
-from typing import BinaryIO, Literal
+from pathlib import Path
+from typing import Literal
 
+from contract.disk import disk_full, disk_full_line, says_disk_full, writing
 from contract.files import write_json_atomic
 from contract.run_folder import DONE, FAILED, FINISHED, RUN_LOG
 from contract.run_record import RunRecordError, read_run_record
@@ -98,13 +100,14 @@ def plan(run: Run, ledger: Ledger, retry_failed: bool) -> Action:
     Returns:
         skip (recorded as finished, or failed without `retry_failed`), collect (finished but not
         recorded: the sweep stopped right after it, or it ran elsewhere), resume (from its last
-        checkpoint) or start.
+        checkpoint) or start. A run that failed for a full disk runs again (resumes) without `retry_failed`:
+        the same command, once there is space, completes the sweep.
     """
     row = ledger.get(run.cell, run.seed)
-    if row and (row["status"] in FINISHED or not retry_failed):
+    if row and (row["status"] in FINISHED or not (retry_failed or says_disk_full(row.get("error") or ""))):
         return "skip"
     found = finished_outcome(run)
-    if found and (found.status in FINISHED or not retry_failed):
+    if found and (found.status in FINISHED or not (retry_failed or says_disk_full(found.error))):
         return "collect"
     return "resume" if checkpoint_ok(run) else "start"
 
@@ -167,21 +170,62 @@ def attempt(run: Run, action: Action, echo: bool, procs: Processes, log_name: st
     """
     record = read_run_record(run.dir)
     trained = record is not None and record.status == DONE  # an earlier attempt trained it: only the test is left
-    with (run.dir / log_name).open("ab") as log:
+    with RunLog(run.dir / log_name) as log:
         if not trained:
             returncode, output = _logged(run.argv(action == "resume"), action, run, log, echo, procs)
-            result = run_outcome(run, returncode, output)
+            result = log.outcome(run_outcome(run, returncode, output))
             if result.status != DONE or not run.evaluate or procs.stopping:
                 return result
         if run.evaluate:
             returncode, output = _logged(run.test_argv(), "test", run, log, echo, procs)
             record = read_run_record(run.dir)
             if record is None or record.test is None:
-                return Outcome(FAILED, f"test: {error_line(output) or f'exit status {returncode}'}")
+                return log.outcome(Outcome(FAILED, f"test: {error_line(output) or f'exit status {returncode}'}"))
     return Outcome(DONE)
 
 
-def _logged(argv: list[str], what: str, run: Run, log: BinaryIO, echo: bool, procs: Processes) -> tuple[int, str]:
+class RunLog:
+    """A run's log, appended to unbuffered; a write the disk has no space for is dropped with the rest of the
+    attempt's output (`full`), while the run goes on: its own writes decide its outcome (`outcome`).
+
+    Args:
+        path: the log file.
+    """
+
+    def __init__(self, path: Path):
+        self.path, self.full = path, None
+        with writing(path):
+            self.file = path.open("ab", buffering=0)
+
+    def __enter__(self) -> RunLog:
+        return self
+
+    def __exit__(self, *exc) -> None:
+        self.file.close()
+
+    def write(self, data: bytes) -> None:
+        if self.full is not None:
+            return
+        try:
+            with writing(self.path):
+                self.file.write(data)
+        except OSError as err:
+            if disk_full(err) is None:
+                raise
+            self.full = err
+
+    def flush(self) -> None:
+        pass  # unbuffered
+
+    def outcome(self, result: Outcome) -> Outcome:
+        """`result`, or, for a run that failed after its log filled the disk, the full disk as its error (unless
+        the run's own error says so already)."""
+        if self.full is None or result.status in FINISHED or says_disk_full(result.error):
+            return result
+        return Outcome(FAILED, disk_full_line(self.full))
+
+
+def _logged(argv: list[str], what: str, run: Run, log: RunLog, echo: bool, procs: Processes) -> tuple[int, str]:
     """Runs one command of the run, its output appended to the log after a line saying what it is."""
     stamp = time.strftime("%Y-%m-%d %H:%M:%S")
     log.write(f"\n=== {stamp} {what}: {run.shell_of(argv)}\n".encode())

@@ -5,9 +5,9 @@ Supported: sandwich norms (`norm_placement: peri`: input_layernorm / post_attent
 attention, pre_ / post_feedforward_layernorm around the FFN), RMSNorm weights stored as w with the scale
 1 + w (moved by `PLUS_ONE`), embeddings scaled by √d (`scale_embeddings`), scores scaled by
 query_pre_attn_scalar^-½ (`attn_scale`), soft-capped attention scores and output logits (`attn_softcap`,
-`logit_softcap`), GeGLU with tanh GELU. Refused: sliding-window layers whose window is shorter than the
-model's positions (the suite has no sliding window; within the window a layer is plain causal attention),
-and a head_dim other than hidden_size / heads.
+`logit_softcap`), GeGLU with tanh GELU, a head_dim other than hidden_size / heads (the released models':
+`head_dim`). Refused: sliding-window layers whose window is shorter than the model's positions (the suite has
+no sliding window; within the window a layer is plain causal attention).
 """
 
 from __future__ import annotations
@@ -17,8 +17,15 @@ from torch import nn
 from ..config import ArchConfig
 from ..gpt import GPT
 from . import llama
-from .reference_config import UNKNOWN_TOKEN_IDS, hf_activation, hf_activation_name, renamed, unsupported
-from .targets import Target
+from .reference_config import (
+    UNKNOWN_TOKEN_IDS,
+    hf_activation,
+    hf_activation_name,
+    own_head_dim,
+    renamed,
+    unsupported,
+)
+from .targets import Target, heads_dividing_d_model
 from .weight_table import Transform, export, load, nonzero, shared
 
 REFERENCE = "Gemma2ForCausalLM"
@@ -38,12 +45,12 @@ def _table(cfg: ArchConfig):
 def convert(ref: nn.Module) -> GPT:
     c = ref.config
     head_dim = c.head_dim
-    unsupported(head_dim * c.num_attention_heads != c.hidden_size, f"head_dim={head_dim} != hidden_size/heads")
     sliding = "sliding_attention" in (c.layer_types or []) and c.sliding_window < c.max_position_embeddings
     unsupported(sliding, f"sliding-window attention (a window of {c.sliding_window} < {c.max_position_embeddings} "
                          "positions)")  # fmt: skip
     cfg = ArchConfig(
         **renamed(c, llama.FIELDS, to_suite=True),
+        head_dim=own_head_dim(head_dim, c.hidden_size, c.num_attention_heads),
         d_ff=c.intermediate_size,
         max_seq_len=c.max_position_embeddings,
         pos_encoding="rope",
@@ -67,12 +74,12 @@ def to_gemma2(model: GPT) -> nn.Module:
     from transformers import Gemma2Config, Gemma2ForCausalLM
 
     cfg = model.cfg
-    scalar = cfg.head_dim if cfg.attn_scale is None else round(cfg.attn_scale**-2)  # checked by TARGET
+    scalar = cfg.d_head if cfg.attn_scale is None else round(cfg.attn_scale**-2)  # checked by TARGET
     config = Gemma2Config(
         # the key heads spelt out: Gemma2Config validates its fields and refuses None (MHA) as not an int
         **renamed(cfg, llama.FIELDS, to_suite=False) | {"num_key_value_heads": cfg.kv_heads},
         intermediate_size=cfg.ffn_dim,
-        head_dim=cfg.head_dim,
+        head_dim=cfg.d_head,
         hidden_activation=hf_activation_name(cfg),
         rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_base},
         attention_bias=nonzero(model, "attn.qkv.bias", "attn.out.bias"),
@@ -111,6 +118,7 @@ TARGET = Target(
         "attn_softcap": _any("attn_softcap"),
         "logit_softcap": _any("logit_softcap"),
         "bias": (False,),
+        "n_heads": heads_dividing_d_model,  # Gemma2Config refuses others, even with a head_dim of their own
     },
     export=to_gemma2,
 )

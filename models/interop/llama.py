@@ -14,8 +14,15 @@ from torch import nn
 
 from ..config import ArchConfig
 from ..gpt import GPT
-from .reference_config import UNKNOWN_TOKEN_IDS, hf_activation, hf_activation_name, renamed, unsupported
-from .targets import Target
+from .reference_config import (
+    UNKNOWN_TOKEN_IDS,
+    hf_activation,
+    hf_activation_name,
+    own_head_dim,
+    renamed,
+    unsupported,
+)
+from .targets import Target, any_head_dim, heads_dividing_d_model
 from .weight_table import (
     IDENTITY,
     Pair,
@@ -50,7 +57,7 @@ NORMS = {"attn_norm": "input_layernorm", "ffn_norm": "post_attention_layernorm"}
 
 def table(cfg: ArchConfig, norms: dict[str, str] = NORMS, norm_weight: Transform = IDENTITY) -> list[Pair]:
     """`norm_weight`: how a reference norm's weight becomes the suite's (Gemma's 1 + w)."""
-    q_rows, kv_rows, ffn = cfg.n_heads * cfg.head_dim, cfg.kv_heads * cfg.head_dim, cfg.ffn_dim
+    q_rows, kv_rows, ffn = cfg.n_heads * cfg.d_head, cfg.kv_heads * cfg.d_head, cfg.ffn_dim
     pairs = tensor("tok.weight", "model.embed_tokens.weight")
     for i in range(cfg.n_layers):
         layer = f"model.layers.{i}"
@@ -91,9 +98,9 @@ def convert_like(ref: nn.Module, norms: dict[str, str] = NORMS, **arch) -> GPT:
     settings where it differs from Llama's (norm placement, QK-norm)."""
     c = ref.config
     head_dim = getattr(c, "head_dim", None) or c.hidden_size // c.num_attention_heads
-    unsupported(head_dim * c.num_attention_heads != c.hidden_size, f"head_dim={head_dim} != hidden_size/heads")
     cfg = ArchConfig(
         **renamed(c, FIELDS, to_suite=True),
+        head_dim=own_head_dim(head_dim, c.hidden_size, c.num_attention_heads),
         d_ff=c.intermediate_size,
         max_seq_len=c.max_position_embeddings,
         pos_encoding="rope",
@@ -125,7 +132,7 @@ def export_like(model: GPT, reference: str, norms: dict[str, str] = NORMS, mlp_b
     config = model_class.config_class(
         **renamed(cfg, FIELDS, to_suite=False),  # n_kv_heads None: the default, one per head
         intermediate_size=cfg.ffn_dim,
-        head_dim=cfg.head_dim,
+        head_dim=cfg.d_head,
         hidden_act=hf_activation_name(cfg),
         rope_parameters={"rope_type": "default", "rope_theta": cfg.rope_base},
         attention_bias=nonzero(model, "attn.qkv.bias", "attn.out.bias"),
@@ -150,8 +157,15 @@ SETTINGS = {
     "embedding_norm": (False,),
     "scale_embeddings": (None, False),
     "attn_scale": (None,),
+    "head_dim": any_head_dim,
 }
-TARGET = Target(library="transformers LlamaForCausalLM", suite=GPT, settings=SETTINGS, export=to_llama)
+# LlamaConfig refuses heads that do not divide hidden_size, even with a head_dim of their own
+TARGET = Target(
+    library="transformers LlamaForCausalLM",
+    suite=GPT,
+    settings=SETTINGS | {"n_heads": heads_dividing_d_model},
+    export=to_llama,
+)
 
 
 def descendant(reference: str, norms: dict[str, str], arch: dict) -> tuple[Callable[[nn.Module], GPT], Target]:

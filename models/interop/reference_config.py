@@ -55,6 +55,12 @@ def renamed(config, names: dict[str, str], to_suite: bool) -> dict:
     return {theirs: getattr(config, ours) for ours, theirs in names.items()}
 
 
+def own_head_dim(head_dim: int, d_model: int, n_heads: int) -> int | None:
+    """A reference's head width as `ArchConfig.head_dim`: `None` where it is d_model / n_heads (the config then
+    reads as one without the field), else the width itself (Qwen 3's and Gemma 2's released models)."""
+    return None if head_dim * n_heads == d_model else head_dim
+
+
 def stack_depths(encoder: int, decoder: int) -> dict:
     """An encoder-decoder reference's depths as ArchConfig fields: `n_layers` is the encoder's, and
     `n_decoder_layers` is set only where the decoder's differs (so a symmetric model reads as before)."""

@@ -13,8 +13,8 @@ from torch import nn
 
 from ..config import GATED_ACTIVATIONS, ArchConfig
 from ..encoder_decoder import EncoderDecoder
-from .reference_config import hf_activation, hf_activation_name, renamed, stack_depths, unsupported
-from .targets import Target, heads_shared_by_all
+from .reference_config import hf_activation, hf_activation_name, own_head_dim, renamed, stack_depths
+from .targets import Target, any_head_dim, heads_shared_by_all
 from .weight_table import IDENTITY, Pair, Ref, block, export, load, module, scaled, shared, stacked, tensor
 
 REFERENCE = "T5ForConditionalGeneration"
@@ -31,7 +31,7 @@ FIELDS = {
 
 
 def table(cfg: ArchConfig, scale_outputs: bool) -> list[Pair]:
-    d, ffn = cfg.d_model, cfg.ffn_dim
+    d, inner, ffn = cfg.d_model, cfg.n_heads * cfg.d_head, cfg.ffn_dim  # inner: T5's num_heads·d_kv
     gated = cfg.activation in GATED_ACTIVATIONS
     pairs = tensor("tok.weight", "shared.weight")
     for stack, depth in (("encoder", cfg.encoder_layers), ("decoder", cfg.decoder_layers)):
@@ -49,13 +49,13 @@ def table(cfg: ArchConfig, scale_outputs: bool) -> list[Pair]:
                 cross = dict(
                     cross_norm=f"{layer}.1.layer_norm",
                     cross_q=f"{enc_dec}.q",
-                    cross_kv=Ref((f"{enc_dec}.k", f"{enc_dec}.v"), stacked(d, d)),
+                    cross_kv=Ref((f"{enc_dec}.k", f"{enc_dec}.v"), stacked(inner, inner)),
                     cross_out=f"{enc_dec}.o",
                 )
             pairs += block(
                 f"{stack}.blocks.{i}",
                 attn_norm=f"{layer}.0.layer_norm",
-                qkv=Ref((f"{attn}.q", f"{attn}.k", f"{attn}.v"), stacked(d, d, d)),
+                qkv=Ref((f"{attn}.q", f"{attn}.k", f"{attn}.v"), stacked(inner, inner, inner)),
                 out=f"{attn}.o",
                 **cross,
                 ffn_norm=f"{ff}.layer_norm",
@@ -68,12 +68,12 @@ def table(cfg: ArchConfig, scale_outputs: bool) -> list[Pair]:
 
 def convert(ref: nn.Module) -> EncoderDecoder:
     c = ref.config
-    unsupported(c.d_kv * c.num_heads != c.d_model, f"T5 d_kv={c.d_kv} != d_model/num_heads")
     # transformers 5 always ties the head and keeps the scaling as `scale_decoder_outputs`;
     # 4.x scales exactly when the embeddings are tied
     scale_outputs = getattr(c, "scale_decoder_outputs", c.tie_word_embeddings)
     cfg = ArchConfig(
         **renamed(c, FIELDS, to_suite=True),
+        head_dim=own_head_dim(c.d_kv, c.d_model, c.num_heads),  # t5-3b, t5-11b: d_kv 128 over d_model 1,024
         **stack_depths(c.num_layers, c.num_decoder_layers),
         d_ff=c.d_ff,
         pos_encoding="t5",
@@ -106,7 +106,7 @@ def to_t5(model: EncoderDecoder) -> nn.Module:
         **renamed(cfg, FIELDS, to_suite=False),
         num_layers=cfg.encoder_layers,
         num_decoder_layers=cfg.decoder_layers,
-        d_kv=cfg.head_dim,
+        d_kv=cfg.d_head,
         d_ff=cfg.ffn_dim,
         feed_forward_proj=_feed_forward_proj(cfg),
         tie_word_embeddings=scale_outputs,  # how T5Config is told to scale the decoder output
@@ -138,6 +138,7 @@ TARGET = Target(
         "scale_embeddings": (None, False),
         "attn_scale": (1.0,),  # T5 does not scale its scores
         "output_bias": (False,),
+        "head_dim": any_head_dim,  # d_kv
     },
     export=to_t5,
     weights=_head,

@@ -15,6 +15,26 @@ from ..config import ArchConfig
 
 Allowed = tuple | Callable[[ArchConfig], tuple]
 
+
+def split_head_dim(cfg: ArchConfig) -> tuple:
+    """The `head_dim` of a reference whose heads split d_model (GPT-2, BERT, BART, ...): unset, or d_model / n_heads."""
+    return (None, cfg.d_model // cfg.n_heads) if cfg.d_model % cfg.n_heads == 0 else (None,)
+
+
+def heads_dividing_d_model(cfg: ArchConfig) -> tuple:
+    """The `n_heads` of a reference whose config requires them to divide hidden_size even with a head_dim of its own
+    (transformers' LlamaConfig and Gemma2Config): this one if they do, else the nearest that do."""
+    if cfg.d_model % cfg.n_heads == 0:
+        return (cfg.n_heads,)
+    divisors = [d for d in range(1, cfg.d_model + 1) if cfg.d_model % d == 0]
+    return tuple(sorted(sorted(divisors, key=lambda d: abs(d - cfg.n_heads))[:2]))
+
+
+def any_head_dim(cfg: ArchConfig) -> tuple:
+    """The `head_dim` of a reference with a head width of its own (Llama's `head_dim`, T5's `d_kv`): any."""
+    return (cfg.head_dim,)
+
+
 # the axes no reference before them has, held at "off" for every target unless its `settings` allow more:
 # a setting without weights (a softcap, NoPE layers) would otherwise export silently to a model without it
 NEWER_AXES: dict[str, Allowed] = {
@@ -23,6 +43,7 @@ NEWER_AXES: dict[str, Allowed] = {
     "logit_softcap": (None,),
     "rope_layers": (None,),
     "learn_embed_scale": (None, False),  # None learns it with `norm: dyt`, which no target has either
+    "head_dim": split_head_dim,  # a head width apart from d_model / n_heads: Llama's layout and T5 have one
 }
 
 

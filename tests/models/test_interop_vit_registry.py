@@ -88,5 +88,3 @@ def test_unsupported_features_raise_value_error():
     gemma = dict(SMALL_GQA, head_dim=8, max_position_embeddings=64, pad_token_id=0, bos_token_id=0, eos_token_id=0)
     with pytest.raises(ValueError, match=r"sliding-window attention \(a window of 16 < 64 positions\)"):
         from_reference(transformers.Gemma2ForCausalLM(transformers.Gemma2Config(**gemma, sliding_window=16)))
-    with pytest.raises(ValueError, match="head_dim=16 != hidden_size/heads"):
-        from_reference(transformers.Gemma2ForCausalLM(transformers.Gemma2Config(**gemma | {"head_dim": 16})))

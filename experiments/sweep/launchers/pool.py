@@ -4,8 +4,11 @@ from a warm process (`experiments.sweep.warm`) or started as a fresh interpreter
 from __future__ import annotations
 
 import concurrent.futures as cf
+import threading
 from typing import Any
 
+from contract.disk import DiskFull, disk_full, disk_full_line, free_space, says_disk_full, written_path
+from contract.run_folder import FAILED
 from experiments.records.ledger import Ledger
 from experiments.sweep.claims import Claimed, acquire
 from experiments.sweep.launchers.base import Launch, Launched, OnThisMachine
@@ -69,10 +72,19 @@ def run_pool(
     books = Recorder(ledger, axis_values, progress)
     procs = Processes(Warm() if warm else None)
 
+    slots = threading.Semaphore(jobs)  # a run starts once the run before it in its slot has been recorded
+
     def work(run: Run) -> tuple[Run, Outcome | None, float | None]:
+        slots.acquire()
         if procs.stopping:
             return run, None, None
-        return run, *run_claimed(run, ledger, retry_failed, jobs == 1, procs, progress)
+        try:
+            ended = run, *run_claimed(run, ledger, retry_failed, jobs == 1, procs, progress)
+        except OSError as err:  # a write of the sweep's own for the run (its claim, its folder)
+            if disk_full(err) is None:
+                raise
+            ended = run, Outcome(FAILED, disk_full_line(err)), None
+        return ended if not procs.stopping else (run, None, None)  # stopped: resumed by the next command
 
     books.collect(actions)
     pending = [run for run, action in actions.items() if action in ("resume", "start")]
@@ -80,12 +92,23 @@ def run_pool(
         progress.say("nothing to run")
         return books.claimed
     pool = cf.ThreadPoolExecutor(max_workers=jobs)
+    full: DiskFull | None = None
     try:
         futures = [pool.submit(work, run) for run in pending]
         for future in cf.as_completed(futures):
             run, result, started = future.result()
-            if result is not None:
-                books.record(run, result, started)  # here only: one thread writes the ledger
+            try:
+                if result is not None:
+                    books.record(run, result, started)  # here only: one thread writes the ledger
+            except OSError as err:
+                if disk_full(err) is None:
+                    raise
+                full = full or stopped_by(run, err)
+            if full is None and result is not None and result.status == FAILED and says_disk_full(result.error):
+                full = stopped_by(run, None)
+            if full is not None and not procs.stopping:  # no more runs into a full disk; those running stop
+                procs.stop()
+            slots.release()
     except KeyboardInterrupt:
         # unfinished runs stay unrecorded: the next invocation resumes them from their checkpoints
         progress.say("interrupted: stopping the runs in progress; run the same command again to resume")
@@ -93,10 +116,25 @@ def run_pool(
         procs.stop()
         raise
     finally:
+        for _ in range(jobs):  # no run waits for a slot any more
+            slots.release()
         pool.shutdown(wait=True, cancel_futures=True)
         if procs.warm is not None:
             procs.warm.close()
+    if full is not None:
+        raise full
     return books.claimed
+
+
+def stopped_by(run: Run, err: OSError | None) -> DiskFull:
+    """The sweep's one line when a full disk stops it at `run` (`err`: the sweep's own write that failed)."""
+    path = written_path(err) if err is not None else str(run.dir)
+    return DiskFull(
+        path,
+        f"error: no space left on device: the sweep stopped at {run.name}, writing {path} "
+        f"({free_space(path)} free there); free space on that disk and run the same command "
+        "again: the runs that ended are kept and the rest resume from their last checkpoints",
+    )
 
 
 class Pool(OnThisMachine):
