@@ -127,8 +127,8 @@ class SweepPlan:
         for run, action in actions:
             if action not in ("start", "resume"):
                 continue
-            if run.cell in self.parameters and self.parameters[run.cell] != shown:
-                shown = self.parameters[run.cell]
+            if run.base_cell in self.parameters and self.parameters[run.base_cell] != shown:
+                shown = self.parameters[run.base_cell]
                 job = json.dumps(shown, sort_keys=True)
                 lines.append(f"# SLURM job of each run below (submitit parameters): {job}")
             holder = read_claim(run.dir)

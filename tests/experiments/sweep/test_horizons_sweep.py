@@ -85,6 +85,10 @@ def test_two_sweeps_share_the_folder_and_train_each_run_once(shared_folder):
     for cell, seed in rows:
         log = (shared_folder / cell / f"seed{seed}" / "run.log").read_text()
         assert log.count(" start: ") == 1 and " resume: " not in log, (cell, seed)  # trained once, by one sweep
+    report = (shared_folder / "report.md").read_text()  # the budget axis: 48 + 4 + 16 run-steps for 16 + 64
+    assert "## Horizons" in report and ("The sweep's 2 cell(s) × 1 seed(s): 136 run-steps instead of 160, 15% saved "
+                                        "(separate runs would train 1.18× as many). Its finished runs have trained 136 "
+                                        "run-steps.") in report  # fmt: skip
 
 
 def test_killed_in_the_stable_phase_and_in_a_branch_resumes_to_the_same_ledger(shared_folder, tmp_path):
