@@ -42,3 +42,9 @@ PROGRESS_LINES, PROGRESS_BAR = "lines", "bar"
 def last_checkpoint(run_dir: Path) -> Path:
     """Where a run keeps its resumption point."""
     return Path(run_dir) / CHECKPOINTS_DIR / LAST_CHECKPOINT
+
+
+def step_checkpoint(checkpoints: Path | str, step: int) -> Path:
+    """A checkpoint kept at a step (a `horizons:` sweep's stable run, at each horizon's decay start) in the folder
+    `checkpoints` (a run's `checkpoints/`)."""
+    return Path(checkpoints) / f"step{step}.ckpt"

@@ -22,6 +22,7 @@ from .int8 import Int8Evaluation, Quantize
 from .model_stats import ModelStats
 from .optim import OptimConfig, build_optimizer
 from .prediction_writer import PredictionWriter, short
+from .random_state import RandomStateCheckpoints
 from .starting_weights import StartingWeights
 
 # Values logged at the end of an evaluation come from torchmetrics' compute(), which already sums
@@ -38,7 +39,15 @@ def data_length(data_info: dict[str, Any]) -> int | None:
     return next((int(data_info[key]) for key in DATA_LENGTH_KEYS if key in data_info), None)
 
 
-class TaskModule(SameDataCheckpoints, StartingWeights, Int8Evaluation, GlobalLoss, ModelStats, pl.LightningModule):
+class TaskModule(
+    RandomStateCheckpoints,
+    SameDataCheckpoints,
+    StartingWeights,
+    Int8Evaluation,
+    GlobalLoss,
+    ModelStats,
+    pl.LightningModule,
+):
     """Base of the four task modules.
 
     Subclasses build `self.model` from `self.arch` in `__init__` and list their headline metrics

@@ -32,6 +32,8 @@ LONG_FILES_FIRST = (
     "test_ddp.py",
     "test_tuned_sweep.py",
     "test_ladder_transfer_sweep.py",
+    "test_horizons_sweep.py",
+    "test_horizons_branch.py",
     "test_slurm_cluster.py",
     "test_bench.py",
     "test_predict.py",

@@ -9,7 +9,14 @@ from typing import Any
 from contract.metrics import EVALUATION_PREFIXES, higher_is_better, on_test_split
 from contract.run_folder import DIVERGED, DONE, FAILED
 from experiments.analysis.stats import Comparison, Summary, paired_difference, summarize
-from experiments.records.ledger import PHASE_COLUMN, SEARCH_PHASE, VERIFY_PHASE, Ledger, metric_sort_key
+from experiments.records.ledger import (
+    PHASE_COLUMN,
+    SEARCH_PHASE,
+    STABLE_PHASE,
+    VERIFY_PHASE,
+    Ledger,
+    metric_sort_key,
+)
 from experiments.records.values import format_value
 
 PARAMS_TOLERANCE = 0.05  # warn when cells' parameter counts differ by more than this fraction
@@ -120,10 +127,9 @@ def analyse(ledger: Ledger, info: dict[str, Any]) -> Analysis:
         info: `sweep.json` (cell order, baseline, axes); {} for a bare ledger.
     """
     # a tuned sweep's search runs choose each cell's values (a ladder's verify runs check a transfer of them); its
-    # final runs are what the cells compare
-    compared = {
-        key: row for key, row in ledger.rows.items() if row.get(PHASE_COLUMN) not in (SEARCH_PHASE, VERIFY_PHASE)
-    }
+    # final runs are what the cells compare. A `horizons:` sweep's stable runs are where its branches start from
+    skipped = (SEARCH_PHASE, VERIFY_PHASE, STABLE_PHASE)
+    compared = {key: row for key, row in ledger.rows.items() if row.get(PHASE_COLUMN) not in skipped}
     order = [c["name"] for c in info.get("cells", [])]
     order += [cell for cell in dict.fromkeys(cell for cell, _ in compared) if cell not in order]
     cells = [CellResult(name, [r for (c, _), r in compared.items() if c == name]) for name in order]

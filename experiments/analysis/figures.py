@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from collections.abc import Mapping
 from pathlib import Path
 
 from contract.run_folder import DONE
 from experiments.analysis import plots
 from experiments.analysis.comparison import Analysis
-from experiments.records.events import read_scalars
+from experiments.records.events import RunScalars, joined, read_scalars
+from experiments.records.ledger import PARENT_COLUMN
 
 # a family evaluated at several sizes logs `val/loss@<size>`: the size counts tokens (a language model's
 # evaluation lengths) or pixels (an image classifier's resolutions, which also log `val/acc@<size>`)
@@ -28,8 +30,21 @@ def _plot_name(tag: str) -> str:
     return re.sub(r"[^A-Za-z0-9]+", "_", tag).strip("_") + ".png"
 
 
-def make_plots(out_dir: Path, analysis: Analysis) -> list[tuple[str, Path]]:
+def run_scalars(out_dir: Path, row: dict[str, str], starts: Mapping[str, int] | None = None) -> RunScalars:
+    """A ledger row's run's scalars; a `horizons:` branch's (a row with a parent and a start in `starts`) joined to
+    its stable run's before its start, so its curves begin at step 0."""
+    scalars = read_scalars(out_dir / row["cell"] / f"seed{row['seed']}")
+    start, parent = (starts or {}).get(row["cell"]), row.get(PARENT_COLUMN)
+    return joined(read_scalars(out_dir / parent), scalars, start) if parent and start is not None else scalars
+
+
+def make_plots(out_dir: Path, analysis: Analysis, starts: Mapping[str, int] | None = None) -> list[tuple[str, Path]]:
     """Learning curves (main metric and train/loss) and, for causal LMs, loss against evaluation length.
+
+    Args:
+        out_dir: the sweep folder.
+        analysis: its analysis.
+        starts: with `horizons:`, each horizon cell's branch start (its curves begin with its stable run's).
 
     Returns:
         (caption, path relative to `out_dir`) of each figure written.
@@ -38,10 +53,7 @@ def make_plots(out_dir: Path, analysis: Analysis) -> list[tuple[str, Path]]:
     # curves over training: validation (a tuned sweep's test metric has one point, at the end)
     main = analysis.main.replace("test/", "val/", 1) if analysis.main else None
     tags = [t for t in (main, "train/loss") if t]
-    done_runs = {
-        c.name: [out_dir / c.name / f"seed{r['seed']}" for r in c.rows if r["status"] == DONE] for c in analysis.cells
-    }
-    scalars = {cell: [read_scalars(d) for d in dirs] for cell, dirs in done_runs.items()}
+    scalars = {c.name: [run_scalars(out_dir, r, starts) for r in c.rows if r["status"] == DONE] for c in analysis.cells}
     for tag in tags:
         curves = {cell: [s.curves[tag] for s in runs if tag in s.curves] for cell, runs in scalars.items()}
         path = Path("plots") / _plot_name(tag)

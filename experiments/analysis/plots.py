@@ -181,3 +181,26 @@ def ladder_curves(
     ax.set_xscale("log")
     ax.set_yscale("log")
     return _finish(fig, ax, path, drawn, xlabel, metric, f"Ladder: {metric} against {xlabel} (dashed: E + A·N^−α)")
+
+
+def budget_curves(points: Mapping[str, Mapping[float, Sequence[float]]], xlabel: str, metric: str, path: Path) -> bool:
+    """A sweep's horizons: each cell's final metric against its training budget (log x), the seed mean joined across
+    horizons with a min–max band over seeds.
+
+    Args:
+        points: cell -> {budget (tokens, FLOPs): the final metric of each seed at that horizon}.
+    """
+    fig, ax = plt.subplots(figsize=(7, 4.5))
+    drawn = False
+    for cell, by_budget in points.items():
+        budgets = sorted(x for x, v in by_budget.items() if v and math.isfinite(x) and x > 0)
+        if not budgets:
+            continue
+        values = [list(by_budget[x]) for x in budgets]
+        (line,) = ax.plot(budgets, [sum(v) / len(v) for v in values], "o-", label=cell)
+        if any(len(v) > 1 for v in values):
+            ax.fill_between(budgets, [min(v) for v in values], [max(v) for v in values], color=line.get_color(),
+                            alpha=0.2)  # fmt: skip
+        drawn = True
+    ax.set_xscale("log")
+    return _finish(fig, ax, path, drawn, xlabel, metric, f"Horizons: final {metric} against {xlabel}")

@@ -15,6 +15,7 @@ from contract.run_folder import ENDED
 from experiments.analysis.code_check import check_code
 from experiments.analysis.comparison import Analysis, analyse
 from experiments.analysis.figures import make_plots
+from experiments.analysis.horizons_report import HorizonTable, horizon_results, horizons_section
 from experiments.analysis.ladder_report import LadderTable, ladder_section, ladder_tables
 from experiments.analysis.markdown_tables import metric_table, tables_markdown
 from experiments.analysis.report_csv import write_csv
@@ -70,6 +71,17 @@ def ladder_results(out_dir: Path) -> list[LadderTable]:
     return ladder_tables(analysis, info) if info.get("ladder") else []
 
 
+def horizons_results(out_dir: Path) -> HorizonTable | None:
+    """A horizons sweep's results as data (what its report's `## Horizons` section shows), for the main metric; None
+    for a sweep without `horizons:` or before any metric.
+
+    Args:
+        out_dir: a sweep folder.
+    """
+    info, ledger, analysis = load(out_dir)
+    return horizon_results(analysis, info, ledger)
+
+
 def build_report(out_dir: Path) -> str:
     """Writes report.md, report.csv, the plots and the TensorBoard summary of the sweep in `out_dir`.
 
@@ -81,7 +93,7 @@ def build_report(out_dir: Path) -> str:
     """
     info, ledger, analysis = load(out_dir)
     axis_values = {c.name: {a: c.rows[0].get(a, "") for a in analysis.axes} for c in analysis.cells}
-    figures = make_plots(out_dir, analysis)
+    figures = make_plots(out_dir, analysis, (info.get("horizons") or {}).get("starts"))
     code = check_code(out_dir, analysis)
     if code.warning and code.warning not in analysis.warnings:
         analysis.warnings.append(code.warning)  # printed by the sweep at its end, too
@@ -100,6 +112,11 @@ def build_report(out_dir: Path) -> str:
         sections.append(ladder)
         figures = ladder_figures + figures
         tables += "\n\n" + ladder
+    if info.get("horizons"):  # the budget axis: the metric against tokens, rankings per horizon, crossings, cost
+        horizons, horizon_figures = horizons_section(out_dir, analysis, info, ledger)
+        sections.append(horizons)
+        figures = horizon_figures + figures
+        tables += "\n\n" + horizons
     if figures:
         sections += ["## Plots"] + [f"### {caption}\n\n![{caption}]({path.as_posix()})" for caption, path in figures]
     markdown = "\n\n".join(sections)

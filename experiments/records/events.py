@@ -73,6 +73,24 @@ def read_scalars(run_dir: Path) -> RunScalars:
     return RunScalars(curves, wall, stamps)
 
 
+def joined(before: RunScalars, after: RunScalars, start: int) -> RunScalars:
+    """A run that started from another's checkpoint at step `start` (a `horizons:` sweep's decay branch), as one
+    run: the other's values before `start`, then its own (the events of the steps it trained).
+
+    Args:
+        before: the run it started from (the stable run).
+        after: the run itself.
+        start: the step it started from.
+    """
+    tags = dict.fromkeys([*before.curves, *after.curves])
+    curves = {
+        t: {s: v for s, v in before.curves.get(t, {}).items() if s < start} | after.curves.get(t, {}) for t in tags
+    }
+    stamps = {t: {s: v for s, v in before.wall_times.get(t, {}).items() if s < start} | after.wall_times.get(t, {})
+              for t in tags}  # fmt: skip
+    return RunScalars({t: c for t, c in curves.items() if c}, after.wall_time_s, stamps)
+
+
 def read_hparams(run_dir: Path) -> dict[str, bool | float | str]:
     """The hparams of the run's own HParams session (what `log_hyperparams` wrote; the latest
     attempt's if resumed), {} if it logged none.

@@ -28,6 +28,10 @@ HEAD = ("cell", "seed", "status")
 PHASE_COLUMN, SEARCH_PHASE, FINAL_PHASE = "phase", "search", "final"
 # a ladder's `tune.transfer`: the runs at the largest size that verify a transferred value (`<cell>~<point>`)
 VERIFY_PHASE = "verify"
+# a sweep's `horizons:` (experiments/sweep/horizons.py): per cell and seed a stable run, then a decay branch per
+# horizon, whose row names its horizon (steps) and its parent (the stable run, `<cell>/seed<k>`)
+STABLE_PHASE, BRANCH_PHASE = "stable", "branch"
+HORIZON_COLUMN, PARENT_COLUMN = "horizon", "parent"
 # a final run's tuned keys its search left open (comma-separated; empty: bracketed): a comparison touching the
 # cell is inconclusive by rule. Ledgers before the column have none: the report then reads the edges itself
 UNBRACKETED_COLUMN = "unbracketed"
@@ -152,6 +156,14 @@ class Ledger:
             self.reload()
             self.rows[(row["cell"], int(row["seed"]))] = row
             self._write()
+
+    def remove(self, cell: str, seed: int) -> None:
+        """Drops a run's row (a `horizons:` branch's row that said why it could not run, once it can) and rewrites
+        the file, keeping the rows other sweeps added."""
+        with self._locked():
+            self.reload()
+            if self.rows.pop((cell, seed), None) is not None:
+                self._write()
 
     def columns(self) -> list[str]:
         present = {key for row in self.rows.values() for key in row}

@@ -21,6 +21,7 @@ from contract.run_folder import FAILED, FINISHED
 from experiments.records.layout import LEDGER_NAME, SWEEP_INFO
 from experiments.records.ledger import PHASE_COLUMN, Ledger
 from experiments.records.values import format_value
+from experiments.sweep.branches import horizon_runs
 from experiments.sweep.claims import describe, read_claim
 from experiments.sweep.expand import sweep_runs
 from experiments.sweep.launchers import LAUNCHERS, Launch, Launched, Launcher
@@ -48,7 +49,8 @@ class SweepOutcome:
         ledger: its ledger (`results.csv`), which the report reads.
         runs: the names (`<cell>/seed<k>`) of the sweep's runs by ledger status (done, diverged, failed), and
             those without a row yet under `UNRECORDED`.
-        phases: a tuned sweep's run names by phase (search, final; a ladder tuned once: verify); {} for a plain sweep.
+        phases: a tuned sweep's run names by phase (search, final; a ladder tuned once: verify; with `horizons:`,
+            stable and branch); {} for a plain sweep.
         rounds: launches made: 1, or one per round of a tuned sweep's searches.
         claimed: runs left to another live process, each with its claim's description.
         submitted: runs handed to a scheduler that runs them after this call returned.
@@ -98,10 +100,21 @@ class SweepPlan:
     parameters: dict[str, dict]  # each cell's scheduler job parameters (`Launcher.job_parameters`)
     retry_failed: bool = False
     rerun: tuple[str, ...] = ()
+    blocked: list[dict[str, str]] = field(default_factory=list)  # `horizons:` branches that cannot run (their rows)
 
     def runs(self) -> list[Run]:
-        """The runs the sweep needs now (a tuned sweep: those its ledger calls for)."""
-        return sweep_runs(self.spec, self.checked, self.out_dir, self.threads, self.ledger)
+        """The runs the sweep needs now (a tuned sweep, or one with `horizons:`: those its ledger calls for)."""
+        return needed_runs(self.spec, self.checked, self.out_dir, self.threads, self.ledger)
+
+    def _needed(self) -> list[Run]:
+        """`runs()`; with `horizons:`, also records why the branches of failed or diverged stable runs cannot run
+        (and drops those rows once they can: `experiments.sweep.branches`)."""
+        if self.spec.horizons is None:
+            return self.runs()
+        plan = horizon_runs(self.spec, self.checked, self.out_dir, self.threads, self.ledger)
+        plan.apply(self.ledger)
+        self.blocked = plan.blocked
+        return plan.runs
 
     def action(self, run: Run) -> str:
         return "start" if run.base_cell in self.rerun else plan(run, self.ledger, self.retry_failed)
@@ -114,8 +127,8 @@ class SweepPlan:
         for run, action in actions:
             if action not in ("start", "resume"):
                 continue
-            if run.cell in self.parameters and self.parameters[run.cell] != shown:
-                shown = self.parameters[run.cell]
+            if run.base_cell in self.parameters and self.parameters[run.base_cell] != shown:
+                shown = self.parameters[run.base_cell]
                 job = json.dumps(shown, sort_keys=True)
                 lines.append(f"# SLURM job of each run below (submitit parameters): {job}")
             holder = read_claim(run.dir)
@@ -125,27 +138,30 @@ class SweepPlan:
         if tune := self.spec.tune:
             points = ", ".join(format_value(list(p)) for p in initial_points(tune))
             notes += [f"# tune: initial grid of {list(tune.names)}: {points}", f"# tune: {extension_rule(tune)}"]
+        if self.spec.horizons:
+            notes += [f"# horizons: {self.spec.horizons.describe()} (the branches are listed once their stable run "
+                      "is done)"]  # fmt: skip
         return lines, notes
 
     def run(self, warm: bool = True) -> SweepOutcome:
         """Runs the sweep to the end its launcher reaches (see the module docstring)."""
-        runs = self.runs()
+        runs = self._needed()
         moved = supersede(self.out_dir, self.ledger, runs, list(self.rerun)) if self.rerun else None
         if self.rerun:
-            runs = self.runs()  # a tuned cell searches again
+            runs = self._needed()  # a tuned cell searches again
         self.out_dir.mkdir(parents=True, exist_ok=True)
         write_json_atomic(self.out_dir / SWEEP_INFO, sweep_info(self.spec, self.checked))
         axis_values = {name: c.axis_values for name, c in self.checked.items()}
         rounds = 0
         with terminate_as_interrupt():
-            while True:  # a tuned sweep: rounds, until the ledger calls for no run not yet launched
+            while True:  # a tuned sweep, or horizons: rounds, until the ledger calls for no run not yet launched
                 launch = Launch(runs, self.ledger, axis_values, self.jobs, self.retry_failed, self.out_dir,
                                 self.spec.launcher, self.parameters, warm=warm)  # fmt: skip
                 launched, rounds = self.launcher.launch(launch), rounds + 1
-                if self.spec.tune is None or not self.launcher.waits:
+                if (self.spec.tune is None and self.spec.horizons is None) or not self.launcher.waits:
                     break
                 self.ledger.reload()
-                known, runs = {run.name for run in runs}, self.runs()
+                known, runs = {run.name for run in runs}, self._needed()
                 if {run.name for run in runs} <= known:
                     break
         self.ledger.reload()  # other sweeps sharing the folder may have recorded runs meanwhile
@@ -161,9 +177,22 @@ class SweepPlan:
             phase = dict(run.columns).get(PHASE_COLUMN)
             if phase:
                 phases[phase] = (*phases.get(phase, ()), run.name)
+        for row in self.blocked:  # `horizons:` branches recorded without running
+            name = f"{row['cell']}/seed{row['seed']}"
+            by_status[row["status"]] = (*by_status.get(row["status"], ()), name)
+            phases[row[PHASE_COLUMN]] = (*phases.get(row[PHASE_COLUMN], ()), name)
         claimed = tuple((run.name, why) for run, why in launched.claimed)
         return SweepOutcome(self.spec, self.out_dir, self.ledger.path, by_status, phases, rounds, claimed,
                             launched.submitted, self.launcher.waits, moved)  # fmt: skip
+
+
+def needed_runs(
+    spec: Spec, checked: dict[str, CheckedCell], out_dir: Path, threads: dict[str, int], ledger: Ledger
+) -> list[Run]:
+    """The runs the sweep needs now given its ledger (`expand.sweep_runs`; `branches.horizon_runs` for horizons)."""
+    if spec.horizons is not None:
+        return horizon_runs(spec, checked, out_dir, threads, ledger).runs
+    return sweep_runs(spec, checked, out_dir, threads, ledger)
 
 
 def plan_sweep(
@@ -186,6 +215,9 @@ def plan_sweep(
     if launcher not in LAUNCHERS:
         raise SpecError(f"launcher {launcher!r}: choose one of {list(LAUNCHERS)}")
     spec = spec if isinstance(spec, Spec) else load_spec(spec)
+    if rerun and spec.horizons:
+        raise SpecError("--rerun: not for a sweep with horizons: yet (a cell's branches start from its stable run); "
+                        "move the cell's folders and rows aside by hand, or use another --out")  # fmt: skip
     checked = check_spec(spec)
     out_dir = Path(out or Path("runs") / spec.path.stem).resolve()
     check_same_sweep(out_dir, spec, checked)
@@ -204,7 +236,7 @@ def _auto_jobs(sweep: SweepPlan, threads: int | None) -> int:
         return 1
     cores = available_cores()
     processes = max(c.shape.processes() for c in sweep.checked.values())
-    runs = sweep_runs(sweep.spec, sweep.checked, sweep.out_dir, {name: 1 for name in sweep.checked}, sweep.ledger)
+    runs = needed_runs(sweep.spec, sweep.checked, sweep.out_dir, {name: 1 for name in sweep.checked}, sweep.ledger)
     todo = sum(sweep.action(run) in ("start", "resume") for run in runs)  # (threads do not change which runs)
     jobs = auto_jobs(cores, processes, todo)
     print(

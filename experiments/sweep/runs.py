@@ -37,6 +37,8 @@ class Run:
         threads: torch threads of each of its processes (`OMP_NUM_THREADS`).
         columns: ledger columns the run adds to its cell's axis values (a tuned sweep's phase and values).
         evaluate: after training, evaluate the last checkpoint on the test split (`cli.py test`).
+        start_from: a checkpoint the run starts from when it has none of its own (a `horizons:` sweep's decay
+            branch: its stable run's state at the branch's decay start); None: from scratch.
     """
 
     cell: str
@@ -46,6 +48,7 @@ class Run:
     threads: int
     columns: tuple[tuple[str, str], ...] = ()
     evaluate: bool = False
+    start_from: Path | None = None
 
     @property
     def name(self) -> str:
@@ -64,7 +67,8 @@ class Run:
         return self.dir.parent.parent  # DIR of DIR/<cell>/seed<k>
 
     def argv(self, resume: bool = False) -> list[str]:
-        resume_args = [f"--ckpt_path={self.checkpoint}"] if resume else []
+        start = self.checkpoint if resume else self.start_from
+        resume_args = [f"--ckpt_path={start}"] if start else []
         return [sys.executable, "cli.py", "fit", *self.args, *resume_args]
 
     def test_argv(self) -> list[str]:
@@ -97,11 +101,13 @@ class Run:
                 "columns": self.columns,
                 "evaluate": self.evaluate,
             }
+            | ({"start_from": str(self.start_from)} if self.start_from else {})
         )
 
     @classmethod
     def from_json(cls, text: str) -> Run:
         data = json.loads(text)
         columns = tuple(tuple(pair) for pair in data.get("columns", ()))
+        start = Path(data["start_from"]) if data.get("start_from") else None
         return cls(data["cell"], data["seed"], Path(data["dir"]), tuple(data["args"]), data["threads"], columns,
-                   data.get("evaluate", False))  # fmt: skip
+                   data.get("evaluate", False), start)  # fmt: skip

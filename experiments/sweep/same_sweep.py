@@ -29,6 +29,8 @@ def sweep_info(spec: Spec, checked: dict[str, CheckedCell]) -> dict[str, Any]:
     """
     info = spec.snapshot()
     info["cells"] = [cell | {RESOLVED: checked[cell["name"]].resolved} for cell in info["cells"]]
+    if spec.horizons:  # where each horizon's branch leaves the stable run (what the report's cost reads)
+        info["horizons"]["starts"] = {name: checked[name].branch_start for name in info["horizons"]["cells"]}
     return info
 
 
@@ -52,8 +54,11 @@ def check_same_sweep(out_dir: Path, spec: Spec, checked: dict[str, CheckedCell])
     if not path.exists():
         return
     old, new = json.loads(path.read_text()), sweep_info(spec, checked)
-    # checkpoints and a tuned sweep's search (its grid, cap, metric, seeds: which points run) must not move
+    # checkpoints, a tuned sweep's search (its grid, cap, metric, seeds: which points run) and the horizons (where
+    # the stable runs stop and save) must not move
     changed = [key for key in ("checkpoint_every", "tune") if old.get(key) != new.get(key)]
+    if (old.get("horizons") or {}).get("steps") != (new.get("horizons") or {}).get("steps"):
+        changed.append("horizons")
     old_cells = {c["name"]: c for c in old.get("cells", [])}
     shared = {c["name"]: c for c in new["cells"] if c["name"] in old_cells}
     if all(RESOLVED in old_cells[name] for name in shared):

@@ -19,6 +19,8 @@ A spec is YAML (a study's specs live in `experiments/studies/<study>/`)::
     # a stated rule) and verifies it at the largest at ×½, ×1, ×2 (experiments/sweep/transfer.py):
     #   tune: {grid: {optim.lr: [...]}, transfer: {from: d64, rule: {optim.lr: {with: model.arch.d_model,
     #          power: -1}}, verify: [0.5, 1, 2]}}
+    horizons: [800, 3200, 12800]                           # every cell at each training length, from one stable run
+    # and a decay branch per length (needs model.optim.schedule: wsd or constant; experiments/sweep/horizons.py)
     pretrained:                                            # keys that take files of another spec's run (optional):
       spec: pretrain.yaml                                  # from this one; the run: results/pretrain/<cell>/seed<k>
       files: {model.init_from: checkpoints/last.ckpt, data.tokenizer_file: tokenizer.json}
@@ -37,7 +39,8 @@ from pathlib import Path
 from typing import Any
 
 from experiments.records.layout import SUMMARY_DIR
-from experiments.records.ledger import PHASE_COLUMN
+from experiments.records.ledger import HORIZON_COLUMN, PARENT_COLUMN, PHASE_COLUMN
+from experiments.sweep.horizons import HORIZON_KEY, Horizons, at_horizons, horizons_baseline, parse_horizons
 from experiments.sweep.ladder import Ladder, climb, ladder_baseline, parse_ladder
 from experiments.sweep.spec_blocks import LauncherOptions, Pretrained, ReportOptions
 from experiments.sweep.spec_cells import Cell, Overrides, baseline_name, check_names, expand, overrides, seed_list
@@ -51,7 +54,7 @@ RESULTS_DIR = "results"  # a study's spec keeps its sweep folder at results/<spe
 DEFAULT_CHECKPOINT_EVERY = 100
 SPEC_KEYS = (  # every top-level key of a spec
     "extends", "base", "fixed", "grid", "cells", "seeds", "baseline", "checkpoint_every", "require_clean",
-    "launcher", "tune", "ladder", "pretrained", *ReportOptions.keys(),
+    "launcher", "tune", "ladder", "horizons", "pretrained", *ReportOptions.keys(),
 )  # fmt: skip
 
 
@@ -73,6 +76,7 @@ class Spec:
         require_clean: refuse to start from a git tree with uncommitted changes.
         tune: the `tune:` block (`experiments.sweep.tuning`); None for a plain sweep.
         ladder: the `ladder:` block (`experiments.sweep.ladder`); None without one.
+        horizons: the `horizons:` block (`experiments.sweep.horizons`); None without one.
         pretrained: the `pretrained:` block, whose files `fixed` holds; None without one.
     """
 
@@ -89,6 +93,7 @@ class Spec:
     require_clean: bool = False
     tune: Tune | None = None
     ladder: Ladder | None = None
+    horizons: Horizons | None = None
     pretrained: Pretrained | None = None
     cell_by_name: dict[str, Cell] = field(init=False, repr=False, compare=False)
 
@@ -107,7 +112,10 @@ class Spec:
 
     @property
     def ledger_axes(self) -> tuple[str, ...]:
-        """The ledger's columns after the status: the axes, and for a tuned sweep each run's phase and values."""
+        """The ledger's columns after the status: the axes, and for a tuned sweep each run's phase and values (with
+        `horizons:`, each run's phase, horizon and parent)."""
+        if self.horizons:
+            return (*self.axes, PHASE_COLUMN, HORIZON_COLUMN, PARENT_COLUMN)
         return self.axes + ((PHASE_COLUMN, *self.tune.names) if self.tune else ())
 
     def snapshot(self) -> dict[str, Any]:
@@ -127,7 +135,7 @@ class Spec:
             {"require_clean": True} if self.require_clean else {}
         ) | ({"tune": self.tune.snapshot()} if self.tune else {}) | (
             {"ladder": self.ladder.snapshot()} if self.ladder else {}
-        )  # fmt: skip
+        ) | ({"horizons": self.horizons.snapshot()} if self.horizons else {})  # fmt: skip
 
 
 def read_spec(path: str | Path) -> dict[str, Any]:
@@ -216,6 +224,14 @@ def _typed(path: Path, raw: dict[str, Any], lines: Lines) -> Spec:
         if axes and "compare_within" not in raw:  # each cell against the baseline at its own size
             report["compare_within"] = list(ladder.keys)
         cells, axes = climb(cells, rungs, Cell), (*axes, *ladder.keys)
+    blocks = {"tune": raw.get("tune") is not None, "ladder": ladder is not None}
+    steps = parse_horizons(raw.get("horizons"), (*fixed, *axes), blocks)
+    horizons = Horizons(steps, tuple(c.name for c in cells)) if steps else None
+    if horizons:
+        baseline = horizons_baseline(baseline, cells, steps)
+        if axes and "compare_within" not in raw:  # each cell against the baseline at its own horizon
+            report["compare_within"] = [HORIZON_KEY]
+        cells, axes = at_horizons(cells, steps, Cell), (*axes, HORIZON_KEY)
     check_names(cells, SUMMARY_DIR)
 
     seeds = seed_list(raw.get("seeds", [0]))
@@ -253,5 +269,6 @@ def _typed(path: Path, raw: dict[str, Any], lines: Lines) -> Spec:
         require_clean=require_clean,
         tune=tune,
         ladder=ladder,
+        horizons=horizons,
         pretrained=pretrained,
     )

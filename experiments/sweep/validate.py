@@ -20,9 +20,11 @@ from pathlib import Path
 from typing import Any
 
 from experiments.records.values import format_value
+from experiments.sweep.horizons import BRANCHING_SCHEDULES, HORIZON_KEY
 from experiments.sweep.resources import RunShape, run_shape
 from experiments.sweep.spec import ROOT, Cell, Spec, SpecError
 from experiments.sweep.tuning import initial_points
+from lit_modules.schedules import ScheduleSettings, decay_start
 from lit_modules.suite_cli import SuiteCLI, cli_main
 
 SEEDED_GROUPS = ("data", "model")  # a `seed` argument of these classes gets the run's seed
@@ -47,6 +49,7 @@ class CheckedCell:
         shape: the processes each of its runs starts (`trainer.devices` × `trainer.num_nodes`).
         resolved: its whole config as the parser made it (`resolved_config`): what every run of the cell
             runs, but for the seed and the runner's logger, callbacks and checkpoint.
+        branch_start: with `horizons:`, the step where the cell's horizon decays from (`branch_start`); else None.
     """
 
     cell: Cell
@@ -54,6 +57,7 @@ class CheckedCell:
     axis_values: dict[str, Any]
     shape: RunShape = RunShape(devices=1)
     resolved: dict[str, Any] = field(default_factory=dict, compare=False)
+    branch_start: int | None = None
 
 
 def override_args(overrides: dict[str, Any]) -> list[str]:
@@ -139,6 +143,34 @@ def _check_held_out(config: Any) -> None:
             )
 
 
+def branch_start(config: Any, horizon: int) -> int:
+    """Where a horizon's run leaves the stable run: its decay start under its own schedule settings (the schedule
+    must hold the peak until then whatever the run's length: `wsd` or `constant`), at least one step in and one
+    short of the end, and the horizon evaluated at its end (a multiple of `trainer.val_check_interval`).
+
+    Raises:
+        SpecError: naming the setting to change.
+    """
+    optim = config_value(config, "model.optim")
+    if optim.get("schedule") not in BRANCHING_SCHEDULES:
+        raise SpecError(f"horizons: model.optim.schedule is {optim.get('schedule')!r}, whose rate at every step "
+                        f"depends on the run's length, so no horizon can branch from a longer run; set "
+                        f"model.optim.schedule: wsd (in fixed:), or constant")  # fmt: skip
+    final = optim["min_lr_ratio"] if optim.get("final_lr_fraction") is None else optim["final_lr_fraction"]
+    settings = ScheduleSettings(optim["warmup_steps"], final, optim["decay_fraction"], optim["decay_shape"])
+    start = decay_start(horizon, settings)
+    if not 1 <= start < horizon:
+        raise SpecError(f"horizons: {horizon} steps decay from step {start} (warmup_steps {settings.warmup_steps}, "
+                        f"decay_fraction {settings.decay_fraction}); a branch needs at least one stable step and one "
+                        f"decay step: lengthen the horizon or change those settings")  # fmt: skip
+    interval = config_value(config, "trainer.val_check_interval")
+    if isinstance(interval, bool) or not isinstance(interval, int) or horizon % interval:
+        raise SpecError(f"horizons: {horizon} steps is not a multiple of trainer.val_check_interval ({interval!r}), "
+                        f"so its runs would not be evaluated at their end; choose horizons that are multiples of it, "
+                        f"or fix it to one that divides them")  # fmt: skip
+    return start
+
+
 def check_cell(spec: Spec, cell: Cell) -> tuple[CheckedCell, str]:
     """Parses one cell's arguments; returns what the runner needs and a fingerprint of its config.
 
@@ -156,6 +188,7 @@ def check_cell(spec: Spec, cell: Cell) -> tuple[CheckedCell, str]:
         _check_logger(config)
         if spec.tune:
             _check_held_out(config)
+        start = branch_start(config, cell.overrides[HORIZON_KEY]) if spec.horizons else None
     except SpecError as err:
         raise SpecError(f"cell {cell.name!r} ({spec.path}): {err}") from None
     seed_keys = tuple(f"{g}.init_args.seed" for g in SEEDED_GROUPS if f"{g}.init_args.seed" in config)
@@ -174,7 +207,8 @@ def check_cell(spec: Spec, cell: Cell) -> tuple[CheckedCell, str]:
     except ValueError as err:
         raise SpecError(f"cell {cell.name!r} ({spec.path}): {err}") from None
     resolved = resolved_config(config)
-    return CheckedCell(cell, seed_keys, axis_values, shape, resolved), json.dumps(resolved, sort_keys=True)
+    checked = CheckedCell(cell, seed_keys, axis_values, shape, resolved, start)
+    return checked, json.dumps(resolved, sort_keys=True)
 
 
 def check_spec(spec: Spec) -> dict[str, CheckedCell]:

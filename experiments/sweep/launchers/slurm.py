@@ -149,7 +149,7 @@ def submit_slurm(
         if job is not None:
             progress.skipped(run, f"queued as SLURM job {job}")
             continue
-        groups.setdefault(json.dumps(parameters[run.cell], sort_keys=True), []).append(run)
+        groups.setdefault(json.dumps(parameters[run.base_cell], sort_keys=True), []).append(run)
     folder = out_dir / JOBS_DIR
     submitted = 0
     for key, group in groups.items():
