@@ -17,7 +17,7 @@ STUDIES = ROOT / "experiments" / "studies"
 
 # study -> its tuned sweep folders whose unbracketed cells its README lists
 UNBRACKETED = {
-    "dyt": ("dyt_gpt", "dyt_vit", "dyt_vit_wide", "dyt_vit_rerun"),
+    "dyt": ("dyt_gpt", "dyt_vit", "dyt_vit_wide", "dyt_vit_rerun", "dyt_gpt_rerun"),
     "extrapolation": ("extrapolation_ladder",),
     "ffn_norm": ("ffn_norm_ladder",),
     "peri_ln": ("peri_ln", "peri_ln_embedding_norm", "peri_ln_reordered_qk_norm"),
