@@ -1,11 +1,14 @@
-"""Where a run's weights start and which of them train: `init_from` (a checkpoint or a reference model), the PEFT
-method's added parameters, the freezing policy, and `torch.compile` over the result."""
+"""Where a run's weights start and which of them train: `init_from` (a checkpoint or a reference model), the
+PEFT method's added parameters, the freezing policy, the sharding (`lit_modules.sharding`)
+and `torch.compile` over the result."""
 
 from __future__ import annotations
 
 import torch
 
 from models.finetune import load_weights, read_weights, set_trainable
+
+from .sharding import shard_task_model
 
 
 class StartingWeights:
@@ -27,5 +30,6 @@ class StartingWeights:
 
     def configure_model(self) -> None:
         self.prepare_model()
+        shard_task_model(self)  # under `--trainer.strategy=fsdp2`: each Block a unit (lit_modules.sharding)
         if self.compile and not isinstance(self.model, torch._dynamo.eval_frame.OptimizedModule):
             self.model = torch.compile(self.model)

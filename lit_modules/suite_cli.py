@@ -35,6 +35,7 @@ from lit_modules.config_messages import (
 )
 from lit_modules.diagnostics_callbacks import Diagnostics, LossSpikes
 from lit_modules.progress import LineProgress, wants_lines
+from lit_modules.sharding import STRATEGY_NAME as _FSDP2  # noqa: F401  (registers `--trainer.strategy=fsdp2`)
 from models.config import ConfigError
 from models.finetune import check_checkpoint_file
 
