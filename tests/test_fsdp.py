@@ -1,0 +1,107 @@
+"""Sharded training (FSDP2, `--trainer.strategy=fsdp2`: `lit_modules.sharding`) is the same science as one process.
+
+For every family, `cli.py fit` on 2 sharded processes (gloo on CPU) at per-process batch B/2 trains on the same global
+batches as one unsharded process at batch B: the training losses agree at every step within 1e-5 relative, and the
+validation metrics too. Its checkpoints are distributed (every rank writes its own shards, nothing is gathered on
+one rank) and reshard: a run resumed from one on another number of processes (2 → 1, 1 → 2) continues the same
+losses. Real `cli.py` processes, as in tests/test_ddp.py (whose families and flags these are)."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from experiments.records.events import read_scalars
+from tests.test_ddp import FAMILIES, ROOT, STEPS, fit_command
+
+REL = 1e-5
+HALF = STEPS // 2
+
+
+def sharded_command(family: str, processes: int, save_dir: Path, *extra: str) -> list[str]:
+    """`cli.py fit` on `processes` sharded processes (1: one process, still sharded: its checkpoint is a folder)."""
+    command = fit_command(family, processes, save_dir, *extra)
+    return [("--trainer.strategy=fsdp2" if a.startswith("--trainer.strategy=") else a) for a in command]
+
+
+def checkpointing(dirpath: Path, every: int) -> list[str]:
+    return [
+        "--trainer.callbacks+=lightning.pytorch.callbacks.ModelCheckpoint",
+        f"--trainer.callbacks.every_n_train_steps={every}",
+        "--trainer.callbacks.save_top_k=-1",
+        "--trainer.callbacks.save_last=true",
+        "--trainer.callbacks.filename={step}",
+        f"--trainer.callbacks.dirpath={dirpath}",
+    ]
+
+
+def run(command: list[str]) -> None:
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    done = subprocess.run(command, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+
+
+def losses(save_dir: Path) -> dict[int, float]:
+    return read_scalars(save_dir / "lightning_logs" / "run").curves["train/loss"]
+
+
+def assert_same_losses(got: dict[int, float], want: dict[int, float], steps: range) -> float:
+    """Every step's loss within `REL`; returns the largest relative difference."""
+    assert set(steps) <= set(got), f"steps {sorted(set(steps) - set(got))} not logged"
+    for step in steps:
+        assert got[step] == pytest.approx(want[step], rel=REL), f"train/loss at step {step}"
+    return max(abs(got[s] - want[s]) / abs(want[s]) for s in steps)
+
+
+def assert_distributed_checkpoint(path: Path, ranks: int) -> None:
+    """A folder of every rank's shards (torch.distributed.checkpoint) and Lightning's metadata: nothing gathered."""
+    assert path.is_dir(), f"{path} is not a distributed checkpoint"
+    assert len(list(path.glob("*.distcp"))) == ranks and (path / ".metadata").is_file()
+    assert (path / "meta.pt").is_file()
+
+
+@pytest.fixture(scope="module")
+def one_process(tmp_path_factory):
+    """`one_process(family)`: the unsharded one-process run's folder (DDP's 1-process command), trained once."""
+    done: dict[str, Path] = {}
+
+    def get(family: str) -> Path:
+        if family not in done:
+            done[family] = tmp_path_factory.mktemp(f"{family}1")
+            run(fit_command(family, 1, done[family]))
+        return done[family]
+
+    return get
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_two_sharded_processes_train_and_validate_like_one(family, one_process, tmp_path):
+    one = read_scalars(one_process(family) / "lightning_logs" / "run").curves
+    run(sharded_command(family, 2, tmp_path, *checkpointing(tmp_path / "checkpoints", HALF)))
+    two = read_scalars(tmp_path / "lightning_logs" / "run").curves
+    worst = assert_same_losses(two["train/loss"], one["train/loss"], range(STEPS))
+    print(f"{family}: largest relative train/loss difference {worst:.2e}")
+    assert "val/loss" in one and sorted(one["val/loss"]) == sorted(two["val/loss"])
+    for step, value in one["val/loss"].items():
+        assert two["val/loss"][step] == pytest.approx(value, rel=REL), f"val/loss at step {step}"
+    assert_distributed_checkpoint(tmp_path / "checkpoints" / "last.ckpt", ranks=2)
+
+
+@pytest.mark.parametrize(("first", "then"), [(2, 1), (1, 2)], ids=["2to1", "1to2"])
+def test_a_sharded_checkpoint_resumes_on_another_number_of_processes(first, then, one_process, tmp_path):
+    """Trained to step 12 on `first` processes, resumed from its step-12 checkpoint on `then`: steps 12-23 are the
+    uninterrupted run's, and the checkpoint was written by `first` ranks."""
+    whole = losses(one_process("gpt"))
+    checkpoints = tmp_path / "checkpoints"
+    run(sharded_command("gpt", first, tmp_path / "first", *checkpointing(checkpoints, HALF),
+                        f"--trainer.max_steps={HALF}"))  # fmt: skip
+    saved = checkpoints / f"step={HALF}.ckpt"
+    assert_distributed_checkpoint(saved, ranks=first)
+    run([*sharded_command("gpt", then, tmp_path / "then"), f"--ckpt_path={saved}"])
+    resumed = losses(tmp_path / "then")
+    assert min(resumed) == HALF, "the resumed run did not start at the checkpoint's step"
+    worst = assert_same_losses(resumed, whole, range(HALF, STEPS))
+    print(f"{first} -> {then}: largest relative train/loss difference {worst:.2e}")
