@@ -8,6 +8,7 @@ import torch
 
 from models.finetune import load_weights, read_weights, set_trainable
 
+from .sharded_checkpoints import consolidated
 from .sharding import shard_task_model
 
 
@@ -25,7 +26,9 @@ class StartingWeights:
             return
         self._tuned = True
         if self.init_from:
-            load_weights(self.model, read_weights(self.init_from), self.init_replace, source=str(self.init_from))
+            # a sharded run's checkpoint folder: its consolidation (`lit_modules.sharded_checkpoints`)
+            weights = read_weights(consolidated(self.init_from))
+            load_weights(self.model, weights, self.init_replace, source=str(self.init_from))
         set_trainable(self.model, self.peft, self.freeze, self.init_replace)
 
     def configure_model(self) -> None:

@@ -86,7 +86,7 @@ def test_two_sharded_processes_train_and_validate_like_one(family, one_process, 
     print(f"{family}: largest relative train/loss difference {worst:.2e}")
     assert "val/loss" in one and sorted(one["val/loss"]) == sorted(two["val/loss"])
     for step, value in one["val/loss"].items():
-        assert two["val/loss"][step] == pytest.approx(value, rel=REL), f"val/loss at step {step}"
+        assert two["val/loss"][step] == pytest.approx(value, rel=REL, nan_ok=True), f"val/loss at step {step}"
     assert_distributed_checkpoint(tmp_path / "checkpoints" / "last.ckpt", ranks=2)
 
 
