@@ -21,6 +21,8 @@ makes every process a data-parallel rank (no tensor parallelism), which is what 
 
 from __future__ import annotations
 
+import shutil
+from pathlib import Path
 from typing import Any
 
 from lightning.pytorch.strategies import ModelParallelStrategy, StrategyRegistry
@@ -47,12 +49,37 @@ class ShardedDataParallel(ModelParallelStrategy):
             save_distributed_checkpoint=save_distributed_checkpoint,
             **kwargs,
         )
+        self.distributed_checkpoints = save_distributed_checkpoint
 
     def setup_environment(self) -> None:
-        # every process shards the model (ModelParallelStrategy's "auto" would be one data-parallel rank per node)
+        # every process shards the model (ModelParallelStrategy's "auto" would be one data-parallel rank per node);
+        # private (lit_modules.private_api): its constructor takes the size before the world size is known
         if self._data_parallel_size == "auto":
             self._data_parallel_size = self.num_nodes * self.num_processes
         super().setup_environment()
+
+    def save_checkpoint(self, checkpoint: dict[str, Any], filepath: Any, storage_options: Any = None) -> None:
+        """A distributed checkpoint written whole into `<path>.partial`, then swapped into place by rank 0: Lightning
+        writes the shards into the folder in place, so a kill while `last.ckpt` is re-saved would leave the last
+        save's index over a mix of two saves' shards (the sweep would resume from it). Killed here, `<path>` is the
+        last whole save, or missing between the two renames (a sweep then starts the run over)."""
+        if not self.distributed_checkpoints:
+            return super().save_checkpoint(checkpoint, filepath, storage_options)
+        path = Path(self.broadcast(str(filepath)))
+        partial, old = path.with_name(path.name + ".partial"), path.with_name(path.name + ".old")
+        if self.global_rank == 0:
+            _remove(partial)
+        self.barrier()
+        super().save_checkpoint(checkpoint, partial, storage_options)
+        self.barrier()
+        if self.global_rank == 0:
+            _remove(old)
+            if path.exists():
+                path.rename(old)
+            partial.rename(path)
+            _remove(old)
+        self.barrier()
+        return None
 
     # Evaluation gathers the whole model once and keeps it gathered until it ends: a sharded forward is a collective,
     # and processes may see different numbers of evaluation batches (an uneven split of a validation set) or run a
@@ -75,6 +102,13 @@ StrategyRegistry.register(
     ShardedDataParallel,
     description="FSDP2 (fully_shard per Block) over every process: the suite's sharded data parallelism",
 )
+
+
+def _remove(path: Path) -> None:
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
 
 
 def sharded_strategy(trainer: Any) -> bool:
