@@ -53,7 +53,7 @@ class ShardedDataParallel(ModelParallelStrategy):
 
     def setup_environment(self) -> None:
         # every process shards the model (ModelParallelStrategy's "auto" would be one data-parallel rank per node);
-        # private (lit_modules.private_api): its constructor takes the size before the world size is known
+        # (ModelParallelStrategy's private attribute, Lightning 2.6: its constructor takes it before the world is known)
         if self._data_parallel_size == "auto":
             self._data_parallel_size = self.num_nodes * self.num_processes
         super().setup_environment()

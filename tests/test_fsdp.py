@@ -11,6 +11,7 @@ from __future__ import annotations
 import math
 import os
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -66,23 +67,38 @@ def assert_distributed_checkpoint(path: Path, ranks: int) -> None:
 
 @pytest.fixture(scope="module")
 def one_process(tmp_path_factory):
-    """`one_process(family)`: the unsharded one-process run's folder (DDP's 1-process command), trained once."""
+    """`one_process(family)`: the unsharded one-process run's folder (DDP's 1-process command), trained once; its
+    checkpoints are files (`checkpoints/last.ckpt`)."""
     done: dict[str, Path] = {}
 
     def get(family: str) -> Path:
         if family not in done:
             done[family] = tmp_path_factory.mktemp(f"{family}1")
-            run(fit_command(family, 1, done[family]))
+            run(fit_command(family, 1, done[family], *checkpointing(done[family] / "checkpoints", STEPS)))
+        return done[family]
+
+    return get
+
+
+@pytest.fixture(scope="module")
+def two_sharded(tmp_path_factory):
+    """`two_sharded(family)`: the run's folder on 2 sharded processes, checkpointed at steps 12 and 24."""
+    done: dict[str, Path] = {}
+
+    def get(family: str) -> Path:
+        if family not in done:
+            done[family] = tmp_path_factory.mktemp(f"{family}2")
+            run(sharded_command(family, 2, done[family], *checkpointing(done[family] / "checkpoints", HALF)))
         return done[family]
 
     return get
 
 
 @pytest.mark.parametrize("family", FAMILIES)
-def test_two_sharded_processes_train_and_validate_like_one(family, one_process, tmp_path):
+def test_two_sharded_processes_train_and_validate_like_one(family, one_process, two_sharded):
     one = read_scalars(one_process(family) / "lightning_logs" / "run").curves
-    run(sharded_command(family, 2, tmp_path, *checkpointing(tmp_path / "checkpoints", HALF)))
-    two = read_scalars(tmp_path / "lightning_logs" / "run").curves
+    folder = two_sharded(family)
+    two = read_scalars(folder / "lightning_logs" / "run").curves
     worst = assert_same_losses(two["train/loss"], one["train/loss"], range(STEPS))
     print(f"{family}: largest relative train/loss difference {worst:.2e}")
     assert "val/loss" in one and sorted(one["val/loss"]) == sorted(two["val/loss"])
@@ -91,7 +107,7 @@ def test_two_sharded_processes_train_and_validate_like_one(family, one_process, 
             assert math.isnan(two["val/loss"][step]), f"val/loss at step {step}"
         else:
             assert two["val/loss"][step] == pytest.approx(value, rel=REL), f"val/loss at step {step}"
-    assert_distributed_checkpoint(tmp_path / "checkpoints" / "last.ckpt", ranks=2)
+    assert_distributed_checkpoint(folder / "checkpoints" / "last.ckpt", ranks=2)
 
 
 @pytest.mark.parametrize(("first", "then"), [(2, 1), (1, 2)], ids=["2to1", "1to2"])
@@ -109,3 +125,28 @@ def test_a_sharded_checkpoint_resumes_on_another_number_of_processes(first, then
     assert min(resumed) == HALF, "the resumed run did not start at the checkpoint's step"
     worst = assert_same_losses(resumed, whole, range(HALF, STEPS))
     print(f"{first} -> {then}: largest relative train/loss difference {worst:.2e}")
+
+
+def test_a_sharded_checkpoint_is_consolidated_for_export_and_evaluation(one_process, two_sharded, tmp_path):
+    """`cli.py export` and an unsharded `cli.py validate` read a sharded run's checkpoint folder whole: the exported
+    weights are the one-process run's at the same step."""
+    import torch
+
+    folder, one = two_sharded("gpt"), one_process("gpt")
+    config, last = folder / "lightning_logs" / "run" / "config.yaml", folder / "checkpoints" / "last.ckpt"
+    env = os.environ | {"OMP_NUM_THREADS": "1"}
+    export = [sys.executable, "cli.py", "export", "--config", str(config), "--ckpt_path", str(last),
+              "--out", str(tmp_path / "export"), "--format", "suite"]  # fmt: skip
+    done = subprocess.run(export, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    exported = torch.load(tmp_path / "export" / "model.pt", weights_only=True)["state_dict"]
+    trained = torch.load(one / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
+    trained = {k.removeprefix("model."): v for k, v in trained.items()}
+    assert set(exported) <= set(trained) and len(exported) >= 8
+    for key, value in exported.items():
+        torch.testing.assert_close(value, trained[key], rtol=1e-4, atol=1e-6, msg=key)
+    validate = [sys.executable, "cli.py", "validate", "--config", str(config), f"--ckpt_path={last}",
+                "--trainer.strategy=auto", "--trainer.devices=1"]  # fmt: skip
+    done = subprocess.run(validate, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    assert (last.parent / f"{last.name}.consolidated.pt").is_file()
