@@ -143,8 +143,10 @@ def test_a_sharded_checkpoint_is_consolidated_for_export_and_evaluation(one_proc
     trained = torch.load(one / "checkpoints" / "last.ckpt", weights_only=True)["state_dict"]
     trained = {k.removeprefix("model."): v for k, v in trained.items()}
     assert set(exported) <= set(trained) and len(exported) >= 8
+    # (atol: the key bias has no gradient but rounding noise, which Adam normalises into steps of ~1e-5; a shard
+    # missing or misplaced is off by the weights' own size, 1e-2 to 1)
     for key, value in exported.items():
-        torch.testing.assert_close(value, trained[key], rtol=1e-4, atol=1e-6, msg=key)
+        torch.testing.assert_close(value, trained[key], rtol=1e-4, atol=5e-5, msg=key)
     validate = [sys.executable, "cli.py", "validate", "--config", str(config), f"--ckpt_path={last}",
                 "--trainer.strategy=auto", "--trainer.devices=1"]  # fmt: skip
     done = subprocess.run(validate, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
