@@ -30,11 +30,6 @@ def is_sharded_checkpoint(path: str | Path) -> bool:
     return path.is_dir() and (path / DISTRIBUTED_METADATA).is_file()
 
 
-def complete_sharded_checkpoint(path: str | Path) -> bool:
-    """A distributed checkpoint Lightning finished: the shards' index and Lightning's state, written after them."""
-    return is_sharded_checkpoint(path) and (Path(path) / LIGHTNING_METADATA).is_file()
-
-
 def read_consolidated(path: str | Path) -> dict:
     """The whole checkpoint of a distributed checkpoint's folder, on this one process: Lightning's state with the
     full `state_dict` (the optimiser states left out)."""

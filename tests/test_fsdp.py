@@ -110,6 +110,13 @@ def test_two_sharded_processes_train_and_validate_like_one(family, one_process, 
     assert_distributed_checkpoint(folder / "checkpoints" / "last.ckpt", ranks=2)
 
 
+def test_activation_checkpointing_composes_with_sharding(one_process, tmp_path):
+    """Each sharded block recomputed in the backward (its shards gathered again): the one-process losses."""
+    run(sharded_command("gpt", 2, tmp_path, "--model.arch.activation_checkpointing=true"))
+    worst = assert_same_losses(losses(tmp_path), losses(one_process("gpt")), range(STEPS))
+    print(f"activation checkpointing: largest relative train/loss difference {worst:.2e}")
+
+
 @pytest.mark.parametrize(("first", "then"), [(2, 1), (1, 2)], ids=["2to1", "1to2"])
 def test_a_sharded_checkpoint_resumes_on_another_number_of_processes(first, then, one_process, tmp_path):
     """Trained to step 12 on `first` processes, resumed from its step-12 checkpoint on `then`: steps 12-23 are the
