@@ -117,6 +117,14 @@ def test_activation_checkpointing_composes_with_sharding(one_process, tmp_path):
     print(f"activation checkpointing: largest relative train/loss difference {worst:.2e}")
 
 
+@pytest.mark.slow  # torch.compile on 2 CPU processes (60 s here); make test-all
+def test_torch_compile_composes_with_sharding(one_process, tmp_path):
+    """The model compiled after it is sharded (`StartingWeights.configure_model`): the one-process losses."""
+    run(sharded_command("gpt", 2, tmp_path, "--model.compile=true"))
+    worst = assert_same_losses(losses(tmp_path), losses(one_process("gpt")), range(STEPS))
+    print(f"torch.compile: largest relative train/loss difference {worst:.2e}")
+
+
 @pytest.mark.parametrize(("first", "then"), [(2, 1), (1, 2)], ids=["2to1", "1to2"])
 def test_a_sharded_checkpoint_resumes_on_another_number_of_processes(first, then, one_process, tmp_path):
     """Trained to step 12 on `first` processes, resumed from its step-12 checkpoint on `then`: steps 12-23 are the
