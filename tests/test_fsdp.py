@@ -142,9 +142,9 @@ def test_a_sharded_checkpoint_resumes_on_another_number_of_processes(first, then
     print(f"{first} -> {then}: largest relative train/loss difference {worst:.2e}")
 
 
-def test_a_sharded_checkpoint_is_consolidated_for_export_and_evaluation(one_process, two_sharded, tmp_path):
-    """`cli.py export` and an unsharded `cli.py validate` read a sharded run's checkpoint folder whole: the exported
-    weights are the one-process run's at the same step."""
+def test_a_sharded_checkpoint_is_consolidated_for_export_evaluation_and_init_from(one_process, two_sharded, tmp_path):
+    """`cli.py export`, an unsharded `cli.py validate` and `--model.init_from` read a sharded run's checkpoint folder
+    whole: the exported weights are the one-process run's at the same step."""
     import torch
 
     folder, one = two_sharded("gpt"), one_process("gpt")
@@ -167,3 +167,7 @@ def test_a_sharded_checkpoint_is_consolidated_for_export_and_evaluation(one_proc
     done = subprocess.run(validate, cwd=ROOT, env=env, capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
     assert (last.parent / f"{last.name}.consolidated.pt").is_file()
+    # a new run started from the folder's weights (on 2 processes, each consolidating it) starts trained
+    run(fit_command("gpt", 2, tmp_path / "init", f"--model.init_from={last}", "--trainer.max_steps=2"))
+    started, untrained = losses(tmp_path / "init")[0], losses(one)[0]
+    assert started < untrained - 0.5, f"step 0 from the checkpoint: {started}; untrained: {untrained}"
