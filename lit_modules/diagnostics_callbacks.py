@@ -42,10 +42,19 @@ def block_grad_norms(model: torch.nn.Module, blocks: list[tuple[str, torch.nn.Mo
     for name, block in blocks:
         grads = [p.grad.detach().float() for p in block.parameters() if p.grad is not None]
         seen |= {id(p) for p in block.parameters()}
-        norms[name] = torch.stack([g.square().sum() for g in grads]).sum().sqrt() if grads else torch.tensor(0.0)
-    rest = [p.grad.detach().float() for p in model.parameters() if p.grad is not None and id(p) not in seen]
-    norms["other"] = torch.stack([g.square().sum() for g in rest]).sum().sqrt() if rest else torch.tensor(0.0)
+        norms[name] = _norm(grads)
+    norms["other"] = _norm(
+        [p.grad.detach().float() for p in model.parameters() if p.grad is not None and id(p) not in seen]
+    )
     return norms
+
+
+def _norm(grads: list[Tensor]) -> Tensor:
+    """The L2 norm over `grads`; sharded gradients (FSDP2's DTensors, `lit_modules.sharding`) are summed over
+    their shards (a collective: every process calls it, with the same blocks)."""
+    squares = [g.square().sum() for g in grads]
+    squares = [s.full_tensor() if hasattr(s, "full_tensor") else s for s in squares]
+    return torch.stack(squares).sum().sqrt() if squares else torch.tensor(0.0)
 
 
 def heatmap(values: Tensor, rows: list[str], title: str) -> Any:

@@ -1,11 +1,15 @@
-"""Where a run's weights start and which of them train: `init_from` (a checkpoint or a reference model), the PEFT
-method's added parameters, the freezing policy, and `torch.compile` over the result."""
+"""Where a run's weights start and which of them train: `init_from` (a checkpoint or a reference model), the
+PEFT method's added parameters, the freezing policy, the sharding (`lit_modules.sharding`)
+and `torch.compile` over the result."""
 
 from __future__ import annotations
 
 import torch
 
 from models.finetune import load_weights, read_weights, set_trainable
+
+from .sharded_checkpoints import consolidated
+from .sharding import shard_task_model
 
 
 class StartingWeights:
@@ -22,10 +26,13 @@ class StartingWeights:
             return
         self._tuned = True
         if self.init_from:
-            load_weights(self.model, read_weights(self.init_from), self.init_replace, source=str(self.init_from))
+            # a sharded run's checkpoint folder: its consolidation (`lit_modules.sharded_checkpoints`)
+            weights = read_weights(consolidated(self.init_from))
+            load_weights(self.model, weights, self.init_replace, source=str(self.init_from))
         set_trainable(self.model, self.peft, self.freeze, self.init_replace)
 
     def configure_model(self) -> None:
         self.prepare_model()
+        shard_task_model(self)  # under `--trainer.strategy=fsdp2`: each Block a unit (lit_modules.sharding)
         if self.compile and not isinstance(self.model, torch._dynamo.eval_frame.OptimizedModule):
             self.model = torch.compile(self.model)

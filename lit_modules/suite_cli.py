@@ -35,6 +35,8 @@ from lit_modules.config_messages import (
 )
 from lit_modules.diagnostics_callbacks import Diagnostics, LossSpikes
 from lit_modules.progress import LineProgress, wants_lines
+from lit_modules.sharded_checkpoints import consolidated, is_sharded_checkpoint
+from lit_modules.sharding import STRATEGY_NAME as FSDP2  # (importing it registers `--trainer.strategy=fsdp2`)
 from models.config import ConfigError
 from models.finetune import check_checkpoint_file
 
@@ -107,6 +109,9 @@ class SuiteCLI(LightningCLI):
         ckpt_path = config.get("ckpt_path")
         if ckpt_path and ckpt_path not in CHECKPOINT_ALIASES:
             check_checkpoint_file(ckpt_path, "ckpt_path")
+            # a sharded run's checkpoint folder, evaluated or predicted on one unsharded process: its consolidation
+            if self.config.get("subcommand") != "fit" and is_sharded_checkpoint(ckpt_path) and not _shards(config):
+                config["ckpt_path"] = str(consolidated(ckpt_path))
         # only training reads init_from (evaluating a run reads its own checkpoint; the start may be gone);
         # a folder is a reference model's, which read_weights checks
         init_from = (config.get("model") or {}).get("init_args", {}).get("init_from")
@@ -246,3 +251,9 @@ def cli_main(args: list[str] | None = None, run: bool = True, cli_class: type[Su
         print(usage_hint(_words(args), cli_class.usage_command), file=sys.stderr)
         print("error: " + " ".join(str(err).split()), file=sys.stderr)
         raise SystemExit(2) from None
+
+
+def _shards(config: Any) -> bool:
+    """Whether the command's trainer shards the model (`--trainer.strategy=fsdp2`): it loads a checkpoint's shards."""
+    strategy = (config.get("trainer") or {}).get("strategy")
+    return strategy == FSDP2 or "ShardedDataParallel" in str(getattr(strategy, "class_path", strategy) or "")

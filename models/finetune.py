@@ -74,9 +74,13 @@ def _reference_state(folder: Path) -> dict[str, Tensor]:
 CHECKPOINT_EXPECTED = "a checkpoint: a run's RUN/checkpoints/*.ckpt, or a .pt that torch.save wrote"
 
 
+DISTRIBUTED_METADATA = ".metadata"  # torch.distributed.checkpoint's index of a checkpoint folder, written last
+
+
 def check_checkpoint_file(path: str | Path, key: str) -> Path:
     """A checkpoint file a command will read, checked before anything is built: it exists, is a file, can be
-    read, and is a zip archive, the format torch.save writes (a truncated or foreign file is not one).
+    read, and is a zip archive, the format torch.save writes (a truncated or foreign file is not one); or a
+    distributed checkpoint's folder (a sharded run's, `lit_modules.sharded_checkpoints`).
 
     Raises:
         ConfigError: one line, `<key>: <file> <what is wrong>; give <what is expected>`.
@@ -84,6 +88,8 @@ def check_checkpoint_file(path: str | Path, key: str) -> Path:
     path = Path(path)
     if not path.exists():
         raise ConfigError(f"{key}: {path} does not exist; give {CHECKPOINT_EXPECTED}")
+    if path.is_dir() and (path / DISTRIBUTED_METADATA).is_file():
+        return path  # a distributed checkpoint (torch.distributed.checkpoint: every rank's shards)
     if path.is_dir():
         raise ConfigError(f"{key}: {path} is a folder; give {CHECKPOINT_EXPECTED}")
     try:

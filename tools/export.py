@@ -41,6 +41,7 @@ import torch
 
 from contract.errors import ConfigError
 from lit_modules.rebuilt_run import build_run, export_merged, load_weights, reference_model, write_reference
+from lit_modules.sharded_checkpoints import consolidated
 from models.finetune import check_checkpoint_file
 
 SUITE_MODEL_FILE = "model.pt"
@@ -77,7 +78,9 @@ def main(argv: list[str]) -> int:
         print(f"error: {error}", flush=True)
         return 2
     try:  # tensors and plain containers only: a checkpoint runs no code here
-        checkpoint = torch.load(args.ckpt_path, map_location="cpu", weights_only=True)
+        checkpoint = torch.load(
+            consolidated(args.ckpt_path), map_location="cpu", weights_only=True
+        )  # (a folder: sharded)
     except (pickle.UnpicklingError, RuntimeError, EOFError) as error:
         print(f"error: {args.ckpt_path} is not a checkpoint torch.load reads with weights_only=True ({error})")
         return 2

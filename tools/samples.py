@@ -25,6 +25,9 @@ from lit_modules.prediction_writer import PREDICTIONS_FILE, short
 from lit_modules.suite_cli import cli_main
 
 QUIET = ["--trainer.enable_progress_bar=false", "--trainer.enable_model_summary=false"]
+# one process, whatever the run trained on (a DDP or sharded run's config would start its processes from this one;
+# a sharded run's checkpoint folder is then read consolidated: lit_modules.sharded_checkpoints)
+ONE_PROCESS = ["--trainer.devices=1", "--trainer.num_nodes=1", "--trainer.strategy=auto"]
 
 
 def cell_runs(sweep_dir: Path) -> list[tuple[str, Path]]:
@@ -48,6 +51,7 @@ def predict_first(run: Path, prompt_file: Path | None, scratch: Path) -> dict[st
     args = [
         "predict", "--config", str(run / CONFIG_FILE), "--ckpt_path", str(last_checkpoint(run)),
         *QUIET,
+        *ONE_PROCESS,
         # the predict command saves its own config.yaml in its log folder: a scratch one, not over the run's,
         # which re-runs the training
         f"--trainer.logger.init_args.save_dir={scratch}",

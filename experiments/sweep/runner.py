@@ -50,8 +50,16 @@ class Outcome:
     error: str = ""
 
 
+# a sharded run's (`--trainer.strategy=fsdp2`) last.ckpt is a folder of torch.distributed.checkpoint's shards: whole
+# when its index and Lightning's state are there (lit_modules.sharded_checkpoints; it is swapped in whole)
+SHARDED_CHECKPOINT_FILES = (".metadata", "meta.pt")
+
+
 def checkpoint_ok(run: Run) -> bool:
-    """A complete `last.ckpt` (a zip archive: a kill in mid-write leaves no central directory)."""
+    """A complete `last.ckpt`: a zip archive (a kill in mid-write leaves no central directory), or a sharded
+    run's checkpoint folder with its index and Lightning's state."""
+    if run.checkpoint.is_dir():
+        return all((run.checkpoint / name).is_file() for name in SHARDED_CHECKPOINT_FILES)
     return run.checkpoint.is_file() and zipfile.is_zipfile(run.checkpoint)
 
 
