@@ -34,9 +34,11 @@ from lit_modules.config_messages import (
     option_keys,
 )
 from lit_modules.diagnostics_callbacks import Diagnostics, LossSpikes
+from lit_modules.plugin_args import PLUGINS_KEY, plugin_names
 from lit_modules.progress import LineProgress, wants_lines
 from models.config import ConfigError
 from models.finetune import check_checkpoint_file
+from models.plugins import load_plugins
 
 # Values a DataModule decides and a model needs; each is read if the DataModule has it.
 DATA_INFO_KEYS = (
@@ -84,6 +86,14 @@ class SuiteCLI(LightningCLI):
     usage_command: str | None = None  # the command a usage hint names (a tool built on this CLI sets its own)
 
     def add_arguments_to_parser(self, parser) -> None:
+        # read before the parser is built (`cli_main`: the plugins register their names); kept in config.yaml,
+        # so a resumed run imports them again
+        parser.add_argument(
+            f"--{PLUGINS_KEY}",
+            type=list[str] | str | None,
+            default=None,
+            help="plugin modules registering variants of an axis (models.plugins): a .py path or a module name",
+        )
         # Linked when the DataModule is built (the vocabulary exists only then); the same link
         # runs again when a saved config.yaml is re-run, so the run is reproduced exactly.
         parser.link_arguments("data", "model.init_args.data_info", compute_fn=describe_data, apply_on="instantiate")
@@ -213,6 +223,7 @@ def cli_main(args: list[str] | None = None, run: bool = True, cli_class: type[Su
         for name in LIGHTNING_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
     try:
+        load_plugins(plugin_names(_words(args)))
         return cli_class(
             pl.LightningModule,
             pl.LightningDataModule,
