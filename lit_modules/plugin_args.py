@@ -7,7 +7,7 @@ from pathlib import Path
 
 import yaml
 
-from models.plugins import plugin_list
+from contract.plugins import plugin_list
 
 PLUGINS_KEY = "plugins"
 CONFIG_FLAGS = ("-c", "--config")

@@ -19,23 +19,12 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from contract.errors import ConfigError
-from contract.git import REPO, file_commit
+from contract.plugins import locate, plugin_source
 from contract.run_record import PluginRecord
 
 from .config import REGISTERED
 
 ACTIVE: list[PluginRecord] = []  # the plugins of this process's current command (`load_plugins`)
-
-
-def plugin_list(value: object) -> list[str]:
-    """A `plugins` value as a list of names: None, one string, or a list of strings."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        return [value] if value.strip() else []
-    if isinstance(value, (list, tuple)) and all(isinstance(v, str) for v in value):
-        return list(value)
-    raise ConfigError(f"plugins: needs a module path or a list of them, got {value!r}")
 
 
 def load_plugins(names: Iterable[str]) -> tuple[PluginRecord, ...]:
@@ -50,19 +39,8 @@ def load_plugins(names: Iterable[str]) -> tuple[PluginRecord, ...]:
     return records
 
 
-def _locate(name: str) -> Path | None:
-    """The file a plugin name names: a path (relative to the working directory, else to the suite's root)."""
-    if not (name.endswith(".py") or "/" in name or "\\" in name):
-        return None
-    roots = list(dict.fromkeys((Path.cwd().resolve(), REPO)))
-    for root in roots:
-        if (root / name).is_file():
-            return (root / name).resolve()
-    raise ConfigError(f"plugins: {name}: no such file (looked in {' and '.join(map(str, roots))})")
-
-
 def _load(name: str) -> PluginRecord:
-    path = _locate(name)
+    path = locate(name)
     module_name = "suite_plugin_" + hashlib.sha256(str(path).encode()).hexdigest()[:12] if path else name
     try:
         if path is None:
@@ -97,7 +75,4 @@ def _load(name: str) -> PluginRecord:
             f"plugins: {name} registers no variant (decorate a class or function with models.norms.register_norm, "
             "models.positional.register_positional, models.ffn.register_activation or models.block.register_placement)"
         )
-    file = Path(module.__file__).resolve()
-    return PluginRecord(
-        path=str(file), sha256=hashlib.sha256(file.read_bytes()).hexdigest(), git_commit=file_commit(file)
-    )
+    return plugin_source(Path(module.__file__))
