@@ -3,8 +3,11 @@ method's added parameters, the freezing policy, and `torch.compile` over the res
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
+from models.config import ConfigError, plugin_settings
 from models.finetune import load_weights, read_weights, set_trainable
 
 
@@ -21,6 +24,12 @@ class StartingWeights:
         if self._tuned:
             return
         self._tuned = True
+        variants = plugin_settings(getattr(self.model, "cfg", None))
+        if self.init_from and Path(self.init_from).is_dir() and variants:
+            raise ConfigError(
+                f"model.init_from: {self.init_from} is a reference model, but {'; '.join(variants)} has no "
+                "equivalent in any reference family; start from a suite checkpoint, or use a built-in variant"
+            )
         if self.init_from:
             load_weights(self.model, read_weights(self.init_from), self.init_replace, source=str(self.init_from))
         set_trainable(self.model, self.peft, self.freeze, self.init_replace)

@@ -76,6 +76,16 @@ def register_name(field: str, name: str, owner: str) -> None:
     LITERALS = tuple((f, widened if f == field else literal) for f, literal in LITERALS)
 
 
+def plugin_settings(cfg: object) -> list[str]:
+    """`field='name' (module M)` for each axis of `cfg` set to a plugin's variant (no reference family has one)."""
+    found = ((field, getattr(cfg, field, None)) for field in AXES)
+    return [
+        f"{field}={value!r} (a plugin's, {REGISTERED[field][value]})"
+        for field, value in found
+        if value in REGISTERED[field]
+    ]
+
+
 def default_d_ff(d_model: int, activation: str, multiple_of: int = 64) -> int:
     """Hidden width of the FFN when `d_ff` is not given.
 
