@@ -9,9 +9,9 @@ import torch
 from torch import nn
 
 from contract.errors import ConfigError
-from models import GPT, ArchConfig
+from models import GPT, ArchConfig, block, config, ffn, norms, positional
 from models.block import register_placement
-from models.config import BUILT_IN, REGISTERED
+from models.config import AXES, BUILT_IN, REGISTERED
 from models.ffn import register_activation
 from models.interop import to_reference
 from models.norms import build_norm, register_norm
@@ -34,6 +34,23 @@ class Scaled(nn.Module):
     def forward(self, x):
         return self.scale * self.norm(x)
 """
+
+
+@pytest.fixture(autouse=True)
+def registries():
+    """Each test's registrations end with it: the other tests of the process see the built-in axes only."""
+    tables = (REGISTERED, norms.NORMS, positional.POSITIONAL, config.POSITIONAL_FACTS, block.PLACEMENTS,
+              ffn.REGISTERED_ACTIVATIONS)  # fmt: skip
+    saved = [{k: dict(v) if isinstance(v, dict) else v for k, v in table.items()} for table in tables]
+    literals = config.LITERALS, {alias: getattr(config, alias) for alias in AXES.values()}
+    yield
+    for table, before in zip(tables, saved, strict=True):
+        table.clear()
+        table.update(before)
+    config.LITERALS = literals[0]
+    for alias, literal in literals[1].items():
+        setattr(config, alias, literal)
+    ACTIVE.clear()
 
 
 class HalfNorm(nn.Module):
