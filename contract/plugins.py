@@ -31,7 +31,8 @@ def locate(name: str) -> Path | None:
     for root in roots:
         if (root / name).is_file():
             return (root / name).resolve()
-    raise ConfigError(f"plugins: {name}: no such file (looked in {' and '.join(map(str, roots))})")
+    where = "" if Path(name).is_absolute() else f" (looked in {' and '.join(map(str, roots))})"
+    raise ConfigError(f"plugins: {name}: no such file{where}")
 
 
 def plugin_file(name: str) -> Path | None:
