@@ -36,7 +36,7 @@ from lit_modules.config_messages import (
 from lit_modules.diagnostics_callbacks import Diagnostics, LossSpikes
 from lit_modules.plugin_args import PLUGINS_KEY, plugin_names
 from lit_modules.progress import LineProgress, wants_lines
-from models.config import ConfigError
+from models.config import ConfigError, plugin_settings
 from models.finetune import check_checkpoint_file
 from models.plugins import load_plugins
 
@@ -119,9 +119,16 @@ class SuiteCLI(LightningCLI):
             check_checkpoint_file(ckpt_path, "ckpt_path")
         # only training reads init_from (evaluating a run reads its own checkpoint; the start may be gone);
         # a folder is a reference model's, which read_weights checks
-        init_from = (config.get("model") or {}).get("init_args", {}).get("init_from")
+        init_args = (config.get("model") or {}).get("init_args", {})
+        init_from = init_args.get("init_from")
         if self.config.get("subcommand") == "fit" and init_from and not Path(init_from).is_dir():
             check_checkpoint_file(init_from, "model.init_from")
+        variants = plugin_settings(init_args.get("arch"))
+        if init_from and Path(init_from).is_dir() and variants:  # a reference model's folder
+            raise ConfigError(
+                f"model.init_from: {init_from} is a reference model, but {'; '.join(variants)} has no equivalent in "
+                "any reference family; start from a suite checkpoint, or use a built-in variant"
+            )
         # Lightning re-parses a checkpoint's hyperparameters here, expecting a parser that exits
         try:
             super()._parse_ckpt_path()

@@ -3,6 +3,7 @@ on a small input at registration, so a wrong constructor or forward is one line 
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Callable
 
 import torch
@@ -12,8 +13,10 @@ from contract.errors import ConfigError
 
 
 def variant_owner(obj: object) -> str:
-    """The module that registers `obj` (a name taken twice by it is no clash: the module was imported again)."""
-    return getattr(obj, "__module__", None) or repr(obj)
+    """The module that registers `obj`, as its file where it has one (a name registered twice by one module is no
+    clash: the module was imported again)."""
+    name = getattr(obj, "__module__", None) or repr(obj)
+    return getattr(sys.modules.get(name), "__file__", None) or name
 
 
 def probe_function(what: str, run: Callable[[Tensor], object], shape: tuple[int, ...]) -> None:

@@ -68,7 +68,7 @@ def _load(name: str) -> PluginRecord:
         f"{field}={v!r}"
         for field, names in REGISTERED.items()
         for v, owner in names.items()
-        if owner == module.__name__
+        if owner in (module.__name__, module.__file__)
     ]
     if not owned:
         raise ConfigError(

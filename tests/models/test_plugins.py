@@ -82,9 +82,9 @@ def test_a_taken_name_is_refused_naming_who_holds_it():
         register_norm("rmsnorm")(HalfNorm)
     register_norm("owned_norm")(HalfNorm)
     other = type("Other", (HalfNorm,), {"__module__": "someone_else"})
-    with pytest.raises(ConfigError, match=f"norm='owned_norm' is taken by {__name__}"):
+    with pytest.raises(ConfigError, match=f"norm='owned_norm' is taken by {__file__}"):
         register_norm("owned_norm")(other)
-    assert REGISTERED["norm"]["owned_norm"] == __name__
+    assert REGISTERED["norm"]["owned_norm"] == __file__
 
 
 @pytest.mark.parametrize(
@@ -134,7 +134,7 @@ def test_export_refuses_a_plugin_variant_in_one_line():
     with pytest.raises(ValueError) as err:
         to_reference(GPT(ArchConfig(**TINY, norm="export_norm")))
     assert str(err.value) == (
-        f"cannot export: norm='export_norm' (a plugin's, {__name__}) has no equivalent in any reference family"
+        f"cannot export: norm='export_norm' (a plugin's, {__file__}) has no equivalent in any reference family"
     )
 
 
