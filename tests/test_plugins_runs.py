@@ -40,7 +40,7 @@ def test_a_bad_plugin_is_one_line_before_anything_is_built(tmp_path):
     said = {
         "missing.py": "no such file",
         "failing.py": "fails to import: ModuleNotFoundError: No module named 'not_a_module_anywhere'",
-        "taken.py": "norm='layernorm' is taken by the suite (built in)",
+        "taken.py": "norm='layernorm' is taken by the suite (built in); register the variant under another name",
         "wrong.py": "norm 'narrow': must return a tensor of its input's shape (2, 3, 8), got shape (2, 3, 1)",
     }
     for name, source in sources.items():
