@@ -5,8 +5,9 @@ Schema versions (`schema_version`, the file's first key):
      absent: `processes`, `params_trainable`, `data_splits`, `test_split` (and everything marked during a run).
   2  this record: every field written at fit start is present (`data_splits` and `test_split` may be null).
 Fields marked during or after the run (`steps`, `loss_spikes`, `diagnostics`, `test`, ...) are optional in
-both, as is `plugins` (written at fit start only by a run with plugins: older files and runs without are alike): a running or crashed run has not written them yet. A file naming another version is an error that names
-the file and the versions understood, as is a missing field, an unknown one, or a value of the wrong type.
+both: a running or crashed run has not written them yet. So is `plugins`, written at fit start by a run with
+plugins only (a run without any, and every older file, has none). A file naming another version is an error
+that names the file and the versions understood, as is a missing field, an unknown one, or a value of the wrong type.
 """
 
 from __future__ import annotations
