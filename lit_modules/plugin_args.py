@@ -28,10 +28,12 @@ def plugin_names(words: list[str]) -> list[str]:
     return plugin_list(found)
 
 
-def _from_config(path: str, found: object) -> object:
+def _from_config(value: str, found: object) -> object:
+    """`plugins:` of a config file, or of a config given as YAML text (`cli.py samples`/`export` rebuild a run so)."""
     try:
-        data = yaml.safe_load(Path(path).read_text())
-    except (OSError, yaml.YAMLError):  # the parser says what is wrong with the file
+        path = Path(value)
+        data = yaml.safe_load(path.read_text() if "\n" not in value and path.is_file() else value)
+    except (OSError, ValueError, yaml.YAMLError):  # the parser says what is wrong with it
         return found
     if isinstance(data, dict) and PLUGINS_KEY in data:
         return data[PLUGINS_KEY]

@@ -35,5 +35,6 @@ def test_the_plugins_named_on_the_command_line_or_in_a_config_file_last_one_wins
     assert plugin_names(["fit", "-c", str(config), "--plugins=y.py"]) == ["y.py"]
     assert plugin_names(["fit", "--plugins=y.py", f"--config={config}"]) == ["a.py", "b.py"]
     assert plugin_names(["fit", "--trainer.plugins=x", "-c", str(tmp_path / "missing.yaml")]) == []
+    assert plugin_names(["--config", config.read_text()]) == ["a.py", "b.py"]  # a rebuilt run's config as text
     with pytest.raises(ConfigError, match="plugins: needs a module path or a list of them, got 3"):
         plugin_list(3)
