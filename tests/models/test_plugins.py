@@ -4,12 +4,14 @@ one-line ConfigError naming it. Registration is per process: every test register
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 from torch import nn
 
 from contract.errors import ConfigError
-from models import GPT, ArchConfig, block, config, ffn, norms, positional
+from models import GPT, ArchConfig, BertMLM, EncoderDecoder, ViT, block, config, ffn, norms, positional
 from models.block import register_placement
 from models.config import AXES, BUILT_IN, REGISTERED
 from models.ffn import register_activation
@@ -75,6 +77,20 @@ def test_a_registered_norm_is_a_valid_value_built_at_every_site_and_listed_in_er
         ArchConfig(norm="nope")
     listed = str(err.value).split("choose one of ")[1]
     assert listed.startswith(", ".join(map(repr, BUILT_IN["norm"]))) and "'half_norm'" in listed
+
+
+def test_a_registered_norm_trains_in_every_family():
+    register_norm("family_norm")(HalfNorm)
+    cfg = ArchConfig(**TINY, norm="family_norm")
+    outputs = {
+        "bert": BertMLM(cfg)(IDS),
+        "encoder-decoder": EncoderDecoder(cfg)(IDS, IDS),
+        "vit": ViT(replace(cfg, pos_encoding="learned"), image_size=8, patch_size=4)(torch.randn(2, 3, 8, 8)),
+    }
+    for family, out in outputs.items():
+        out.float().pow(2).mean().backward()
+        assert torch.isfinite(out).all(), family
+    assert any(isinstance(m, HalfNorm) for m in ViT(cfg, image_size=8, patch_size=4).modules())
 
 
 def test_a_taken_name_is_refused_naming_who_holds_it():
