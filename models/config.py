@@ -78,7 +78,7 @@ def register_name(field: str, name: str, owner: str) -> None:
 
 def plugin_settings(cfg: object) -> list[str]:
     """`field='name' (module M)` for each axis of `cfg` set to a plugin's variant (no reference family has one)."""
-    found = ((field, getattr(cfg, field, None)) for field in AXES)
+    found = ((field, cfg.get(field) if isinstance(cfg, dict) else getattr(cfg, field, None)) for field in AXES)
     return [
         f"{field}={value!r} (a plugin's, {REGISTERED[field][value]})"
         for field, value in found
