@@ -30,6 +30,7 @@ if workers := os.environ.get("PYTEST_XDIST_WORKER_COUNT"):
 LONG_FILES_FIRST = (
     "test_sweep_runs.py",
     "test_ddp.py",
+    "test_plugins_runs.py",
     "test_tuned_sweep.py",
     "test_ladder_transfer_sweep.py",
     "test_slurm_cluster.py",
