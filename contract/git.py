@@ -106,3 +106,19 @@ def git_commit(repo: Path = REPO, exclude: Iterable[Path | str | None] = ()) -> 
 def git_patch(repo: Path = REPO, exclude: Iterable[Path | str | None] = ()) -> str:
     """`git diff HEAD --binary` of the code: what `git apply` puts back on the commit."""
     return _git(repo, "diff", "HEAD", "--binary", "--", *code_pathspec(repo, exclude)).stdout
+
+
+def file_commit(path: Path) -> str | None:
+    """The commit of the repository that holds the file `path`, with `-dirty` unless the file is committed there
+    unchanged (untracked, ignored, staged or modified); None when it is in no git repository with a commit."""
+    path = Path(path).resolve()
+    try:
+        head = _git(path.parent, "rev-parse", "--verify", "HEAD")
+        if head.returncode != 0:
+            return None
+        tracked = _git(path.parent, "ls-files", "--error-unmatch", "--", path.name).returncode == 0
+        status = _git(path.parent, "status", "--porcelain", "--", path.name)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    dirty = not tracked or status.returncode != 0 or bool(status.stdout.strip())
+    return head.stdout.strip() + ("-dirty" if dirty else "")

@@ -5,8 +5,9 @@ Schema versions (`schema_version`, the file's first key):
      absent: `processes`, `params_trainable`, `data_splits`, `test_split` (and everything marked during a run).
   2  this record: every field written at fit start is present (`data_splits` and `test_split` may be null).
 Fields marked during or after the run (`steps`, `loss_spikes`, `diagnostics`, `test`, ...) are optional in
-both: a running or crashed run has not written them yet. A file naming another version is an error that names
-the file and the versions understood, as is a missing field, an unknown one, or a value of the wrong type.
+both: a running or crashed run has not written them yet. So is `plugins`, written at fit start by a run with
+plugins only (a run without any, and every older file, has none). A file naming another version is an error
+that names the file and the versions understood, as is a missing field, an unknown one, or a value of the wrong type.
 """
 
 from __future__ import annotations
@@ -60,6 +61,16 @@ class TestRecord:
 
 
 @dataclass(frozen=True)
+class PluginRecord:
+    """A plugin module the run imported (`models.plugins`): its file, the file's SHA-256, and the commit of the git
+    repository holding it (`-dirty` unless committed unchanged there; None outside git)."""
+
+    path: str
+    sha256: str
+    git_commit: str | None = None
+
+
+@dataclass(frozen=True)
 class RunRecord:
     """A run's `run.json`.
 
@@ -79,6 +90,7 @@ class RunRecord:
         diverged_at_step, diverged_loss: `DivergenceGuard`'s record of a diverged run.
         steps: the optimizer steps at the end of fit.
         test: `cli.py test` of the run's checkpoint.
+        plugins: the plugin modules that registered variants (`--plugins`); omitted without any.
     """
 
     status: RunStatus
@@ -102,6 +114,7 @@ class RunRecord:
     diverged_loss: float | None = None
     steps: int | None = None
     test: TestRecord | None = None
+    plugins: tuple[PluginRecord, ...] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The file's content: `schema_version`, the fields written at fit start, the marked ones that are set."""
@@ -165,7 +178,7 @@ def _plain(value: Any) -> Any:
     if dataclasses.is_dataclass(value):
         pairs = ((f, getattr(value, f.name)) for f in fields(value))
         return {f.name: _plain(v) for f, v in pairs if not (v is None and f.default is None)}
-    return list(value) if isinstance(value, tuple) else value
+    return [_plain(v) for v in value] if isinstance(value, tuple) else value
 
 
 def _build(cls: type, data: dict[str, Any], optional: set[str], where: str) -> Any:

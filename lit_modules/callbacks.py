@@ -18,6 +18,7 @@ from contract.git import git_commit
 from contract.metrics import AVERAGED_SUFFIX
 from contract.run_folder import DIVERGED, DONE, RUNNING, SWEEP_DIR_VAR, TEST_STAGE
 from contract.run_record import RunRecord, TestRecord, read_run_record
+from models.plugins import ACTIVE
 
 from .tokenizer_check import check_tokenizer
 from .trainer_paths import evaluated_run, run_dir
@@ -69,6 +70,7 @@ class RunMetadata(pl.Callback):
             threads=torch.get_num_threads(),
             processes=trainer.world_size,
             **pl_module.model_stats(),
+            plugins=tuple(ACTIVE) or None,
             **self.pending,
         )
         self._write(trainer)

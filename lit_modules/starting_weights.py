@@ -4,8 +4,11 @@ and `torch.compile` over the result."""
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import torch
 
+from models.config import ConfigError, plugin_settings
 from models.finetune import load_weights, read_weights, set_trainable
 
 from .sharded_checkpoints import consolidated
@@ -25,6 +28,12 @@ class StartingWeights:
         if self._tuned:
             return
         self._tuned = True
+        variants = plugin_settings(getattr(self.model, "cfg", None))
+        if self.init_from and Path(self.init_from).is_dir() and variants:
+            raise ConfigError(
+                f"model.init_from: {self.init_from} is a reference model, but {'; '.join(variants)} has no "
+                "equivalent in any reference family; start from a suite checkpoint, or use a built-in variant"
+            )
         if self.init_from:
             # a sharded run's checkpoint folder: its consolidation (`lit_modules.sharded_checkpoints`)
             weights = read_weights(consolidated(self.init_from))

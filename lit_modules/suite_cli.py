@@ -34,11 +34,13 @@ from lit_modules.config_messages import (
     option_keys,
 )
 from lit_modules.diagnostics_callbacks import Diagnostics, LossSpikes
+from lit_modules.plugin_args import PLUGINS_KEY, plugin_names
 from lit_modules.progress import LineProgress, wants_lines
 from lit_modules.sharded_checkpoints import consolidated, is_sharded_checkpoint
 from lit_modules.sharding import STRATEGY_NAME as FSDP2  # (importing it registers `--trainer.strategy=fsdp2`)
-from models.config import ConfigError
+from models.config import ConfigError, plugin_settings
 from models.finetune import check_checkpoint_file
+from models.plugins import load_plugins
 
 # Values a DataModule decides and a model needs; each is read if the DataModule has it.
 DATA_INFO_KEYS = (
@@ -86,6 +88,14 @@ class SuiteCLI(LightningCLI):
     usage_command: str | None = None  # the command a usage hint names (a tool built on this CLI sets its own)
 
     def add_arguments_to_parser(self, parser) -> None:
+        # read before the parser is built (`cli_main`: the plugins register their names); kept in config.yaml,
+        # so a resumed run imports them again
+        parser.add_argument(
+            f"--{PLUGINS_KEY}",
+            type=list[str] | str | None,
+            default=None,
+            help="plugin modules registering variants of an axis (models.plugins): a .py path or a module name",
+        )
         # Linked when the DataModule is built (the vocabulary exists only then); the same link
         # runs again when a saved config.yaml is re-run, so the run is reproduced exactly.
         parser.link_arguments("data", "model.init_args.data_info", compute_fn=describe_data, apply_on="instantiate")
@@ -114,9 +124,16 @@ class SuiteCLI(LightningCLI):
                 config["ckpt_path"] = str(consolidated(ckpt_path))
         # only training reads init_from (evaluating a run reads its own checkpoint; the start may be gone);
         # a folder is a reference model's, which read_weights checks
-        init_from = (config.get("model") or {}).get("init_args", {}).get("init_from")
+        init_args = (config.get("model") or {}).get("init_args", {})
+        init_from = init_args.get("init_from")
         if self.config.get("subcommand") == "fit" and init_from and not Path(init_from).is_dir():
             check_checkpoint_file(init_from, "model.init_from")
+        variants = plugin_settings(init_args.get("arch"))
+        if init_from and Path(init_from).is_dir() and variants:  # a reference model's folder
+            raise ConfigError(
+                f"model.init_from: {init_from} is a reference model, but {'; '.join(variants)} has no equivalent in "
+                "any reference family; start from a suite checkpoint, or use a built-in variant"
+            )
         # Lightning re-parses a checkpoint's hyperparameters here, expecting a parser that exits
         try:
             super()._parse_ckpt_path()
@@ -218,6 +235,7 @@ def cli_main(args: list[str] | None = None, run: bool = True, cli_class: type[Su
         for name in LIGHTNING_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
     try:
+        load_plugins(plugin_names(_words(args)))
         return cli_class(
             pl.LightningModule,
             pl.LightningDataModule,

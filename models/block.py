@@ -10,9 +10,10 @@ from torch.utils.checkpoint import checkpoint
 
 from .attention import Attention, KVCache
 from .base import scaled
-from .config import ArchConfig, NormPlacement
+from .config import ArchConfig, NormPlacement, register_name
 from .ffn import FeedForward
 from .norms import build_norm
+from .plugin_checks import probe_function, variant_owner
 from .positional import PositionalScheme, build_positional
 from .relative_bias import ScoreMask
 
@@ -26,6 +27,23 @@ PLACEMENTS: dict[NormPlacement, Callable[[Tensor, Sublayer, nn.Module, nn.Module
     "peri": lambda x, f, norm, out_norm, branch: x + branch(out_norm(f(norm(x)))),
     "reordered": lambda x, f, norm, out_norm, branch: x + branch(norm(f(x))),
 }
+
+
+def register_placement(name: str) -> Callable:
+    """Decorator: registers a norm placement from outside the suite (a plugin, `models.plugins`): a residual step
+    `(x, f, norm, out_norm, branch) -> x'` like `PLACEMENTS`' (`out_norm` is None: only `peri` builds a second
+    norm; a placement adds its own final norm choice through `ArchConfig.final_norm`: every placement but
+    `post` gets one); `name` is then a valid `model.arch.norm_placement`. It is run once with identity
+    sublayers here: a wrong interface fails at registration."""
+
+    def register(step: Callable) -> Callable:
+        same = lambda h: h  # noqa: E731
+        probe_function(f"norm_placement {name!r}", lambda x: step(x, same, same, None, same), (2, 3, 8))
+        register_name("norm_placement", name, variant_owner(step))
+        PLACEMENTS[name] = step
+        return step
+
+    return register
 
 
 class Block(nn.Module):

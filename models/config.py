@@ -6,7 +6,7 @@ Importable without torch so the CLI can validate flags before building anything.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Literal
+from typing import Literal, get_args
 
 from contract.errors import ConfigError  # noqa: F401  (re-exported: every config check raises it)
 from contract.labels import IGNORE_INDEX  # noqa: F401  (re-exported: the models compute the loss with it)
@@ -39,6 +39,51 @@ LITERALS = (
     ("qk_norm_scope", QKNormScope),
     ("parametrization", Parametrization),
 )
+
+# the axes a plugin may add a variant to (`models.plugins`): field -> the name of its `Literal` in this module
+AXES = {
+    "norm": "NormName",
+    "pos_encoding": "PosEncoding",
+    "norm_placement": "NormPlacement",
+    "activation": "Activation",
+}
+BUILT_IN: dict[str, tuple[str, ...]] = {field: get_args(globals()[alias]) for field, alias in AXES.items()}
+REGISTERED: dict[str, dict[str, str]] = {field: {} for field in AXES}  # field -> registered name -> its module
+
+
+def register_name(field: str, name: str, owner: str) -> None:
+    """Makes `name` a valid value of the axis `field` (a plugin's variant, registered by module `owner`).
+
+    The axis's `Literal` (`NormName`, ...) is widened in this module, where jsonargparse resolves
+    `ArchConfig`'s annotations and `check` reads `LITERALS`: the parser accepts the name and both list the
+    built-in names, then the registered ones. The same module registering a name again (imported anew in a
+    process) is no clash.
+
+    Raises:
+        ConfigError: not an axis, not a name, or a name already taken (built in, or another module's).
+    """
+    global LITERALS
+    if field not in AXES:
+        raise ConfigError(f"{field!r} is not an axis a plugin can extend; choose one of {', '.join(AXES)}")
+    if not isinstance(name, str) or not name or any(c in name for c in " ,'\"[]{}:"):
+        raise ConfigError(f"{field}: {name!r} is not a usable name (a non-empty word)")
+    holder = "the suite (built in)" if name in BUILT_IN[field] else REGISTERED[field].get(name, owner)
+    if holder != owner:
+        raise ConfigError(f"{field}={name!r} is taken by {holder}; register the variant under another name")
+    REGISTERED[field][name] = owner
+    widened = Literal[(*BUILT_IN[field], *REGISTERED[field])]
+    globals()[AXES[field]] = widened
+    LITERALS = tuple((f, widened if f == field else literal) for f, literal in LITERALS)
+
+
+def plugin_settings(cfg: object) -> list[str]:
+    """`field='name' (module M)` for each axis of `cfg` set to a plugin's variant (no reference family has one)."""
+    found = ((field, cfg.get(field) if isinstance(cfg, dict) else getattr(cfg, field, None)) for field in AXES)
+    return [
+        f"{field}={value!r} (a plugin's, {REGISTERED[field][value]})"
+        for field, value in found
+        if value in REGISTERED[field]
+    ]
 
 
 def default_d_ff(d_model: int, activation: str, multiple_of: int = 64) -> int:

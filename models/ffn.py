@@ -2,17 +2,35 @@
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from functools import partial
 
 import torch.nn.functional as F
 from torch import Tensor, nn
 
-from .config import GATED_ACTIVATIONS, Activation, ArchConfig
+from .config import GATED_ACTIVATIONS, Activation, ArchConfig, register_name
+from .plugin_checks import probe_function, variant_owner
+
+REGISTERED_ACTIVATIONS: dict[str, Callable[[Tensor], Tensor]] = {}  # `register_activation`'s
 
 
 def _activations(cfg: ArchConfig) -> dict[Activation, callable]:
     gelu = partial(F.gelu, approximate=cfg.gelu_approximate)
-    return {"relu": F.relu, "gelu": gelu, "silu": F.silu, "swiglu": F.silu, "geglu": gelu}
+    return {"relu": F.relu, "gelu": gelu, "silu": F.silu, "swiglu": F.silu, "geglu": gelu, **REGISTERED_ACTIVATIONS}
+
+
+def register_activation(name: str) -> Callable:
+    """Decorator: registers an FFN activation from outside the suite (a plugin, `models.plugins`): an elementwise
+    `(Tensor) -> Tensor` of the same shape, in the plain FFN down(act(up(x))); `name` is then a valid
+    `model.arch.activation`. It is run once on a small input here: a wrong interface fails at registration."""
+
+    def register(act: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
+        probe_function(f"activation {name!r}", lambda x: act(x), (2, 3, 8))
+        register_name("activation", name, variant_owner(act))
+        REGISTERED_ACTIVATIONS[name] = act
+        return act
+
+    return register
 
 
 class FeedForward(nn.Module):

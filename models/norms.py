@@ -7,7 +7,8 @@ from collections.abc import Callable
 import torch
 from torch import Tensor, nn
 
-from .config import ArchConfig, NormName
+from .config import ArchConfig, NormName, register_name
+from .plugin_checks import probe_module, variant_owner
 
 
 class DynamicTanh(nn.Module):
@@ -48,3 +49,19 @@ def build_qk_norms(cfg: ArchConfig, q_dim: int, kv_dim: int) -> tuple[nn.Module,
         return None
     dims = (q_dim, kv_dim) if cfg.qk_norm_scope == "projection" else (cfg.d_head, cfg.d_head)
     return NORMS[cfg.qk_norm](dims[0], cfg, cfg.dyt_alpha), NORMS[cfg.qk_norm](dims[1], cfg, cfg.dyt_alpha)
+
+
+def register_norm(name: str) -> Callable:
+    """Decorator: registers a norm from outside the suite under `name` (a plugin, `models.plugins`); it is then a
+    valid `model.arch.norm` (and the sites `build_norm` builds use it). The decorated callable is the layer's
+    constructor, `(dim, cfg) -> nn.Module` (a class taking the width and the `ArchConfig`), whose forward maps
+    (..., dim) to the same shape; it is built and run once on a small input here, so a wrong interface fails at
+    registration, before any training."""
+
+    def register(make: Callable[[int, ArchConfig], nn.Module]) -> Callable[[int, ArchConfig], nn.Module]:
+        probe_module(f"norm {name!r}", lambda: make(8, ArchConfig(d_model=8, n_heads=1)), (2, 3, 8))
+        register_name("norm", name, variant_owner(make))
+        NORMS[name] = lambda dim, cfg, alpha: make(dim, cfg)
+        return make
+
+    return register

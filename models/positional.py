@@ -21,7 +21,16 @@ from typing import ClassVar
 import torch
 from torch import Tensor, nn
 
-from .config import POSITIONAL_FACTS, ArchConfig, PosEncoding, PositionalFacts, SinusoidalLayout
+from .config import (
+    POSITIONAL_FACTS,
+    ArchConfig,
+    ConfigError,
+    PosEncoding,
+    PositionalFacts,
+    SinusoidalLayout,
+    register_name,
+)
+from .plugin_checks import probe_function, variant_owner
 from .relative_bias import RelativeBias
 
 
@@ -269,3 +278,23 @@ assert all(scheme.facts is POSITIONAL_FACTS[name] for name, scheme in POSITIONAL
 def build_positional(cfg: ArchConfig, causal: bool) -> PositionalScheme:
     scheme = POSITIONAL[cfg.pos_encoding]
     return scheme() if scheme is PositionalScheme else scheme(cfg, causal)
+
+
+def register_positional(name: str, facts: PositionalFacts | None = None) -> Callable:
+    """Decorator: registers a positional scheme from outside the suite (a plugin, `models.plugins`): a
+    `PositionalScheme` subclass built as `(cfg, causal)` that answers the three questions (`embed`, `rotary`,
+    `score_bias`; the base class's answers are "none"); `facts`: what the suite knows of it without building it
+    (default: no embedding scaling, no ViT form). `name` is then a valid `model.arch.pos_encoding`. It is built
+    and asked once here: a wrong interface fails at registration."""
+
+    def register(scheme: type[PositionalScheme]) -> type[PositionalScheme]:
+        what = f"pos_encoding {name!r}"
+        if not (isinstance(scheme, type) and issubclass(scheme, PositionalScheme)):
+            raise ConfigError(f"{what}: needs a subclass of models.positional.PositionalScheme, got {scheme!r}")
+        probe_function(what, lambda x: scheme(ArchConfig(d_model=8, n_heads=1), True).embed(x), (2, 3, 8))
+        register_name("pos_encoding", name, variant_owner(scheme))
+        scheme.facts = POSITIONAL_FACTS[name] = facts or PositionalFacts()
+        POSITIONAL[name] = scheme
+        return scheme
+
+    return register

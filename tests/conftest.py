@@ -32,6 +32,7 @@ LONG_FILES_FIRST = (
     "test_ddp.py",
     "test_fsdp.py",
     "test_fsdp_sweep.py",
+    "test_plugins_runs.py",
     "test_tuned_sweep.py",
     "test_ladder_transfer_sweep.py",
     "test_horizons_sweep.py",

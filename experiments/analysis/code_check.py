@@ -1,4 +1,5 @@
-"""Did the cells compared run the same code? Each run's git commit, grouped by cell, and a warning when not."""
+"""Did the cells compared run the same code? Each run's git commit, grouped by cell, and each plugin's SHA-256
+(`run.json`'s `plugins`: a variant from outside the suite), with a warning when they differ across runs."""
 
 from __future__ import annotations
 
@@ -6,7 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.git import UNKNOWN
-from contract.run_record import read_run_record
+from contract.run_record import RunRecordError, read_run_record
 from experiments.analysis.comparison import Analysis
 
 
@@ -24,11 +25,18 @@ class CodeCheck:
 def check_code(out_dir: Path, analysis: Analysis) -> CodeCheck:
     """Each run's code: the ledger's `git_commit`, else (ledgers older than that column) its own run.json."""
     code: dict[str, list[str]] = {}
+    plugins: dict[str, list[str]] = {}  # a plugin's file -> its SHA-256 in each run that imported it
     for cell in analysis.cells:
         for row in cell.rows:
             run_dir = out_dir / cell.name / f"seed{row['seed']}"
-            commit = row.get("git_commit") or getattr(read_run_record(run_dir), "git_commit", None)
+            try:
+                record = read_run_record(run_dir)
+            except RunRecordError:
+                record = None
+            commit = row.get("git_commit") or getattr(record, "git_commit", None)
             code.setdefault(cell.name, []).append(str(commit or UNKNOWN))
+            for plugin in getattr(record, "plugins", None) or ():
+                plugins.setdefault(plugin.path, []).append(plugin.sha256)
     runs = [commit for commits in code.values() for commit in commits]
     if not runs:
         return CodeCheck([], None)
@@ -41,6 +49,11 @@ def check_code(out_dir: Path, analysis: Analysis) -> CodeCheck:
             counts = ", ".join(f"`{shown[c]}` ×{commits.count(c)}" for c in dict.fromkeys(commits))
             lines.append(f"  - `{cell}`: {counts}")
     problems = []
+    for path, hashes in plugins.items():
+        versions = ", ".join(f"`{h[:12]}` ×{hashes.count(h)}" for h in dict.fromkeys(hashes))
+        lines.append(f"- plugin `{path}`: sha256 {versions}")
+        if len(set(hashes)) > 1:
+            problems.append(f"plugin {path} in {len(set(hashes))} versions (sha256 {versions}): it was edited")
     distinct = sorted({c.removesuffix("-dirty") for c in runs if c != UNKNOWN})
     if len(distinct) > 1:
         problems.append(f"{len(distinct)} commits ({', '.join(f'`{c[:12]}`' for c in distinct)})")

@@ -14,8 +14,10 @@ import sys
 import time
 from pathlib import Path
 
+from contract.errors import ConfigError
 from contract.files import write_atomic
-from contract.git import REPO, GitState, git_patch, git_state
+from contract.git import REPO, GitState, file_commit, git_patch, git_state
+from contract.plugins import plugin_file, plugin_list
 from contract.run_folder import PATCH_NAME
 from experiments.sweep.spec import Spec, SpecError
 
@@ -60,8 +62,11 @@ def check_tree(spec: Spec, out_dir: Path, dry_run: bool) -> None:
     `require_clean: true` (a dry run runs nothing: it only says so).
 
     Raises:
-        SpecError: `require_clean` and a dirty tree, or no git repository to check.
+        SpecError: `require_clean` and a dirty tree, or no git repository to check; or a plugin (`plugins:`) not
+            committed unchanged in its own repository.
     """
+    if spec.require_clean and not dry_run:
+        check_plugins_clean(spec)
     state = git_state(REPO, [out_dir])
     if state is None:
         if spec.require_clean and not dry_run:
@@ -86,3 +91,24 @@ def check_tree(spec: Spec, out_dir: Path, dry_run: bool) -> None:
         f"commit alone reproduces (a spec's require_clean: true enforces it){refused}",
         file=sys.stderr,
     )
+
+
+def check_plugins_clean(spec: Spec) -> None:
+    """`require_clean: true` also holds for the plugins: each committed unchanged in the git repository holding it.
+
+    Raises:
+        SpecError: naming the first plugin that is not (missing, outside git, untracked or changed).
+    """
+    try:
+        names = plugin_list(spec.fixed.get("plugins"))
+        for name in names:
+            path = plugin_file(name)
+            commit = file_commit(path) if path is not None else None
+            if commit is None or commit.endswith("-dirty"):
+                state = "is in no git repository" if commit is None else "is not committed unchanged in its repository"
+                raise SpecError(
+                    f"{spec.path} sets require_clean: true, but plugin {name} ({path}) {state}; commit it "
+                    "(git add ... && git commit in its repository), then run the sweep again"
+                )
+    except ConfigError as err:
+        raise SpecError(str(err)) from None

@@ -13,6 +13,7 @@ A spec is YAML (a study's specs live in `experiments/studies/<study>/`)::
     checkpoint_every: 100                                  # steps between resumable checkpoints
     launcher: {partition: gpu, timeout_min: 240}           # resources of `--launcher slurm` jobs (spec_blocks)
     require_clean: true                                    # refuse to start from uncommitted code (optional)
+    plugins: [my_ideas/norms.py]                           # modules registering variants (models.plugins; optional)
     tune: {grid: {optim.lr: [1.0e-3, 3.0e-3, 1.0e-2]}}     # each cell at its own tuned lr (experiments/sweep/tuning.py)
     ladder: [{name: d64, model.arch.d_model: 64}, ...]      # every cell at every size (experiments/sweep/ladder.py)
     # with a ladder, `tune.transfer` searches at one size only, carries the choice to the others (unchanged, or by
@@ -38,6 +39,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
+from contract.errors import ConfigError
+from contract.plugins import plugin_list
 from experiments.records.layout import SUMMARY_DIR
 from experiments.records.ledger import HORIZON_COLUMN, PARENT_COLUMN, PHASE_COLUMN
 from experiments.sweep.horizons import HORIZON_KEY, Horizons, at_horizons, horizons_baseline, parse_horizons
@@ -54,7 +57,7 @@ RESULTS_DIR = "results"  # a study's spec keeps its sweep folder at results/<spe
 DEFAULT_CHECKPOINT_EVERY = 100
 SPEC_KEYS = (  # every top-level key of a spec
     "extends", "base", "fixed", "grid", "cells", "seeds", "baseline", "checkpoint_every", "require_clean",
-    "launcher", "tune", "ladder", "horizons", "pretrained", *ReportOptions.keys(),
+    "plugins", "launcher", "tune", "ladder", "horizons", "pretrained", *ReportOptions.keys(),
 )  # fmt: skip
 
 
@@ -205,6 +208,13 @@ def _typed(path: Path, raw: dict[str, Any], lines: Lines) -> Spec:
         raise SpecError(f"base: config file(s) not found (paths are relative to {ROOT}): {missing}")
 
     fixed = overrides(raw.get("fixed"), "fixed")
+    if raw.get("plugins") is not None:  # every run's `--plugins` (models.plugins), the parse of its cells too
+        if "plugins" in fixed:
+            raise SpecError("plugins: is also in fixed; keep it in one place")
+        try:
+            fixed["plugins"] = plugin_list(raw["plugins"])
+        except ConfigError as err:
+            raise SpecError(str(err)) from None
     axes, cells = expand(raw.get("grid"), raw.get("cells"))
     pretrained = Pretrained.parse(raw.get("pretrained"), lines)
     derived = pretrained_files(pretrained)

@@ -28,6 +28,7 @@ import torch
 from torch import nn
 
 from ..base import TransformerModel
+from ..config import plugin_settings
 from ..parametrization_fold import plan, to_standard
 from . import bart, bert, bloom, gemma2, gpt2, llama, marian, olmo2, qwen3, t5, timm_vit
 from .targets import Target
@@ -67,6 +68,9 @@ def to_reference(model: TransformerModel) -> nn.Module:
     has no equivalent when no reference of the model's class matches its settings (each reference's
     mismatches, the closest reference first).
     """
+    variants = plugin_settings(getattr(model, "cfg", None))
+    if variants:
+        raise ValueError(f"cannot export: {'; '.join(variants)} has no equivalent in any reference family")
     targets = [target for target in TARGETS if type(model) is target.suite]
     if not targets:
         names = sorted({target.suite.__name__ for target in TARGETS})
