@@ -4,6 +4,7 @@ committed unchanged in the git repository holding it (a temporary one: the suite
 from __future__ import annotations
 
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,24 @@ def test_require_clean_requires_each_plugin_committed_unchanged_in_its_repositor
     assert file_commit(plugin).endswith("-dirty")
     with pytest.raises(SpecError, match="is not committed unchanged in its repository"):
         check_plugins_clean(spec)
+
+
+def test_a_tuned_ladder_sweeps_a_plugin_variant(tmp_path):
+    """Tuning and ladders take a plugin's variant like a built-in one: every cell of a tuned ladder validates
+    through the suite's CLI (the plugin imported first) and each run's command carries the plugin."""
+    root = Path(__file__).resolve().parents[3]
+    spec = tmp_path / "tuned_ladder.yaml"
+    spec.write_text(
+        "plugins: [examples/my_norm.py]\n"
+        "base: [configs/gpt/base.yaml, configs/gpt/tiny.yaml]\n"
+        "fixed: {data.eval_lengths: [64], data.test_split: held_out}\n"
+        "grid: {model.arch.norm: [rmsnorm, scaled_rmsnorm]}\n"
+        "ladder: [{name: d32, model.arch.d_model: 32}, {name: d64, model.arch.d_model: 64}]\n"
+        "tune: {grid: {model.optim.lr: [1.0e-3, 2.0e-3]}, transfer: {from: d32}}\n"
+    )
+    done = subprocess.run([sys.executable, "cli.py", "sweep", str(spec), "--out", str(tmp_path / "out"), "--dry-run"],
+                          cwd=root, capture_output=True, text=True, timeout=300)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+    commands = [line for line in done.stdout.splitlines() if "cli.py fit" in line]
+    assert commands and all("--plugins" in c for c in commands)
+    assert any("--model.arch.norm=scaled_rmsnorm" in c and "size=d32~lr=" in c for c in commands)
