@@ -24,7 +24,7 @@ GeluApproximation = Literal["none", "tanh"]
 BiasBackward = Literal["blockwise", "math"]
 SinusoidalLayout = Literal["interleaved", "halves"]
 
-GATED_ACTIVATIONS = ("swiglu", "geglu")
+GATED_ACTIVATIONS = {"swiglu", "geglu"}  # a plugin adds its own (`models.ffn.register_activation(gated=True)`)
 
 # the fields whose value must be one of their `Literal`'s (`config_checks.check`)
 LITERALS = (

@@ -19,15 +19,17 @@ def _activations(cfg: ArchConfig) -> dict[Activation, callable]:
     return {"relu": F.relu, "gelu": gelu, "silu": F.silu, "swiglu": F.silu, "geglu": gelu, **REGISTERED_ACTIVATIONS}
 
 
-def register_activation(name: str) -> Callable:
+def register_activation(name: str, gated: bool = False) -> Callable:
     """Decorator: registers an FFN activation from outside the suite (a plugin, `models.plugins`): an elementwise
-    `(Tensor) -> Tensor` of the same shape, in the plain FFN down(act(up(x))); `name` is then a valid
+    `(Tensor) -> Tensor` of the same shape, in the plain FFN down(act(up(x))), or with `gated` in the GLU form
+    down(act(gate(x)) * up(x)) at the gated width, as SwiGLU and GeGLU; `name` is then a valid
     `model.arch.activation`. It is run once on a small input here: a wrong interface fails at registration."""
 
     def register(act: Callable[[Tensor], Tensor]) -> Callable[[Tensor], Tensor]:
         probe_function(f"activation {name!r}", lambda x: act(x), (2, 3, 8))
         register_name("activation", name, variant_owner(act))
         REGISTERED_ACTIVATIONS[name] = act
+        (GATED_ACTIVATIONS.add if gated else GATED_ACTIVATIONS.discard)(name)
         return act
 
     return register

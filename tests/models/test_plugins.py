@@ -14,7 +14,7 @@ from contract.errors import ConfigError
 from models import GPT, ArchConfig, BertMLM, EncoderDecoder, ViT, block, config, ffn, norms, positional
 from models.block import register_placement
 from models.config import AXES, BUILT_IN, REGISTERED
-from models.ffn import register_activation
+from models.ffn import FeedForward, register_activation
 from models.interop import to_reference
 from models.norms import build_norm, register_norm
 from models.plugins import ACTIVE, load_plugins
@@ -45,7 +45,9 @@ def registries():
               ffn.REGISTERED_ACTIVATIONS)  # fmt: skip
     saved = [{k: dict(v) if isinstance(v, dict) else v for k, v in table.items()} for table in tables]
     literals = config.LITERALS, {alias: getattr(config, alias) for alias in AXES.values()}
+    gated = set(config.GATED_ACTIVATIONS)
     yield
+    config.GATED_ACTIVATIONS.intersection_update(gated)
     for table, before in zip(tables, saved, strict=True):
         table.clear()
         table.update(before)
@@ -188,3 +190,16 @@ def test_a_plugin_that_is_missing_fails_or_registers_nothing_is_one_line_naming_
 def test_a_module_name_that_is_not_there_is_one_line():
     with pytest.raises(ConfigError, match=r"^plugins: no_such_pkg\.norms: no such module"):
         load_plugins(["no_such_pkg.norms"])
+
+
+def test_a_gated_plugin_activation_is_a_glu_at_the_gated_width():
+    """`gated=True` builds the GLU form, down(act(gate(x)) * up(x)), parameter-matched like SwiGLU: a ReLU-gated
+    plugin ("reglu", Shazeer 2020) has SwiGLU's shapes and computes relu(gate) * up."""
+    register_activation("reglu", gated=True)(torch.relu)
+    cfg = ArchConfig(**(TINY | {"activation": "reglu"}))
+    ffn = FeedForward(cfg)
+    swiglu = FeedForward(ArchConfig(**(TINY | {"activation": "swiglu"})))
+    assert ffn.gated and ffn.up.weight.shape == swiglu.up.weight.shape
+    x = torch.randn(2, 3, cfg.d_model)
+    gate, up = ffn.up(x).chunk(2, dim=-1)
+    torch.testing.assert_close(ffn(x), ffn.down(torch.relu(gate) * up))
