@@ -21,7 +21,7 @@ from contract.run_record import read_run_record
 from experiments.records.events import read_scalars
 from tests.conftest import FIXED
 from tests.test_ddp import fit, fit_command
-from tools import report, sweep
+from tools import report
 
 ROOT = Path(__file__).resolve().parents[1]
 EXAMPLE = ROOT / "examples" / "my_norm.py"
@@ -115,6 +115,14 @@ def test_a_run_with_the_plugin_killed_mid_run_resumes_from_its_config_to_the_sam
     assert example_recorded(run)
 
 
+def run_sweep(spec: Path, out: Path) -> None:
+    """`cli.py sweep` in its own process, as a user runs it (in-process, a parser another test built before the
+    plugin registered would be reused)."""
+    done = subprocess.run([sys.executable, "cli.py", "sweep", str(spec), "--out", str(out)], cwd=ROOT,
+                          capture_output=True, text=True, timeout=600)  # fmt: skip
+    assert done.returncode == 0, done.stdout[-2000:] + done.stderr[-2000:]
+
+
 def test_the_worked_example_sweeps_and_the_code_check_reports_an_edited_plugin(tmp_path):
     """The example's spec, at the tests' tiny size; then the plugin edited and one more seed run into the same sweep."""
     plugin = tmp_path / "my_norm.py"
@@ -123,7 +131,7 @@ def test_the_worked_example_sweeps_and_the_code_check_reports_an_edited_plugin(t
     spec.write_text(yaml.safe_dump({"extends": str(ROOT / "examples" / "my_norm_sweep.yaml"), "plugins": [str(plugin)],
                                     "fixed": FIXED, "checkpoint_every": 4, "seeds": [0]}))  # fmt: skip
     out = tmp_path / "sweep"
-    assert sweep.main([str(spec), "--out", str(out)]) == 0
+    run_sweep(spec, out)
     cells = ["norm=layernorm", "norm=rmsnorm", "norm=scaled_rmsnorm"]
     assert sorted(p.name for p in out.iterdir() if p.name.startswith("norm=")) == cells
     first = plugin_source(plugin)
@@ -136,7 +144,7 @@ def test_the_worked_example_sweeps_and_the_code_check_reports_an_edited_plugin(t
 
     plugin.write_text(plugin.read_text().replace("torch.ones(1)", "torch.full((1,), 1.5)"))
     spec.write_text(spec.read_text().replace("- 0\n", "- 0\n- 1\n"))
-    assert sweep.main([str(spec), "--out", str(out)]) == 0
+    run_sweep(spec, out)
     edited = plugin_source(plugin)
     assert read_run_record(out / "norm=layernorm" / "seed1").plugins == (edited,) != (first,)
     assert report.main([str(out)]) == 0
