@@ -17,14 +17,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-import numpy as np
-
 from contract.metrics import higher_is_better
 from contract.run_folder import FINISHED
 from experiments.analysis import plots
 from experiments.analysis.comparison import Analysis
 from experiments.analysis.decisions import interval
 from experiments.analysis.formatting import count_text
+from experiments.analysis.ladder_report import SeedValues
 from experiments.analysis.stats import Comparison, paired_difference
 from experiments.records.ledger import BRANCH_PHASE, PHASE_COLUMN, STABLE_PHASE, Ledger
 
@@ -44,20 +43,12 @@ def budget_per_step(resolved: dict[str, Any]) -> tuple[float, str]:
 
 
 @dataclass(frozen=True)
-class HorizonResult:
+class HorizonResult(SeedValues):
     """One cell at one horizon: the final metric of each done run (seed -> value) and the horizon's budget."""
 
     values: dict[int, float]
     budget: float  # training tokens (examples for data without a sequence length)
     flops: float  # training FLOPs
-
-    @property
-    def mean(self) -> float:
-        return float(np.mean(list(self.values.values()))) if self.values else math.nan
-
-    @property
-    def std(self) -> float:
-        return float(np.std(list(self.values.values()), ddof=1)) if len(self.values) > 1 else math.nan
 
 
 @dataclass(frozen=True)

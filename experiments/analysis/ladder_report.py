@@ -63,13 +63,10 @@ def _interval(low: float, high: float) -> str:
     return f"[{low:.3g}, {high:.3g}]"
 
 
-@dataclass(frozen=True)
-class SizeResult:
-    """One cell at one size: the metric of each done run (seed -> value) and the size's own accounting."""
+class SeedValues:
+    """The mean and sample std over seeds of a result's `values` (seed -> value), nan where too few."""
 
     values: dict[int, float]
-    params: float  # non-embedding parameters
-    flops: float  # training FLOPs
 
     @property
     def mean(self) -> float:
@@ -78,6 +75,15 @@ class SizeResult:
     @property
     def std(self) -> float:
         return float(np.std(list(self.values.values()), ddof=1)) if len(self.values) > 1 else math.nan
+
+
+@dataclass(frozen=True)
+class SizeResult(SeedValues):
+    """One cell at one size: the metric of each done run (seed -> value) and the size's own accounting."""
+
+    values: dict[int, float]
+    params: float  # non-embedding parameters
+    flops: float  # training FLOPs
 
 
 @dataclass(frozen=True)
