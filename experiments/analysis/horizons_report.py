@@ -25,7 +25,7 @@ from experiments.analysis.decisions import interval
 from experiments.analysis.formatting import count_text
 from experiments.analysis.ladder_report import SeedValues
 from experiments.analysis.stats import Comparison, paired_difference
-from experiments.records.ledger import BRANCH_PHASE, PHASE_COLUMN, STABLE_PHASE, Ledger
+from experiments.records.ledger import PARENT_COLUMN, PHASE_COLUMN, SEARCH_MARK, STABLE_PHASE, Ledger
 
 
 def budget_per_step(resolved: dict[str, Any]) -> tuple[float, str]:
@@ -181,8 +181,8 @@ def trained_steps(ledger: Ledger, info: dict[str, Any]) -> int:
             continue
         if row.get(PHASE_COLUMN) == STABLE_PHASE:
             total += int(steps)
-        elif row.get(PHASE_COLUMN) == BRANCH_PHASE and row["cell"] in starts:
-            total += max(0, int(steps) - starts[row["cell"]])
+        elif row.get(PARENT_COLUMN) and (base := row["cell"].partition(SEARCH_MARK)[0]) in starts:
+            total += max(0, int(steps) - starts[base])  # a branch (a tuned sweep's: a search or final one)
     return total
 
 

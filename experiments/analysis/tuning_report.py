@@ -28,6 +28,7 @@ from experiments.records.ledger import (
     PHASE_COLUMN,
     SEARCH_MARK,
     SEARCH_PHASE,
+    STABLE_PHASE,
     UNBRACKETED_COLUMN,
     VERIFY_PHASE,
     Ledger,
@@ -76,8 +77,8 @@ def searches(ledger: Ledger, info: dict[str, Any]) -> tuple[list[str], str, dict
     keys, metric = list(tune["grid"]), tune["metric"]
     found: dict[str, CellSearch] = {}
     for (cell, _), row in ledger.rows.items():
-        if row.get(PHASE_COLUMN) == VERIFY_PHASE:  # a transfer's check at a ladder's top (`transfer_report`)
-            continue
+        if row.get(PHASE_COLUMN) in (VERIFY_PHASE, STABLE_PHASE):  # a transfer's check at a ladder's top
+            continue  # (`transfer_report`); with horizons, where a point's branches start
         base = cell.partition(SEARCH_MARK)[0]
         entry = found.setdefault(base, CellSearch(base))
         point = tuple(float(row[k]) for k in keys)

@@ -12,6 +12,7 @@ from __future__ import annotations
 import json
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 from contract.run_folder import DIVERGED, DONE, FAILED, last_checkpoint, step_checkpoint
 from experiments.records.ledger import (
@@ -19,6 +20,7 @@ from experiments.records.ledger import (
     HORIZON_COLUMN,
     PARENT_COLUMN,
     PHASE_COLUMN,
+    SEARCH_MARK,
     STABLE_PHASE,
     Ledger,
 )
@@ -27,7 +29,7 @@ from experiments.sweep.expand import run_args
 from experiments.sweep.horizons import horizon_name
 from experiments.sweep.runs import Run
 from experiments.sweep.spec import Spec
-from experiments.sweep.validate import CheckedCell
+from experiments.sweep.validate import CheckedCell, override_args
 
 BRANCH_POINTS = "lit_modules.branch_points.BranchPoints"  # the stable run's callback: saves, then ends training
 BLOCKED = "parent "  # how a blocked branch's error begins
@@ -83,10 +85,88 @@ def _why_blocked(parent: str, row: dict[str, str], start: int) -> tuple[str, str
     return FAILED, f"{BLOCKED}{parent} failed: {error}"[:500], ""
 
 
+@dataclass(frozen=True)
+class Branching:
+    """One stable run and the branches a sweep needs of it.
+
+    Args:
+        cell: the cell before the horizons.
+        seed: the seed of the stable run and its branches.
+        horizons: the horizons whose branch runs (all of them, or those a tuned search or choice asks for).
+        point: a tuned sweep's point: extra overrides of the stable run and its branches; () for none.
+        tag: `~<point>` of a tuned sweep (the stable run's folder is `<cell>,horizon=<longest><tag>~stable`); ''.
+        branch_tag: added to each branch's horizon cell (a search branch's `~<point>`; '' for a final branch).
+        phase: the branches' ledger phase (`branch`; `search` or `final` in a tuned sweep).
+        columns: more ledger columns of every branch (a tuned sweep's values, what its search left open).
+        evaluate: evaluate each branch on the test split (a tuned sweep's final branches).
+    """
+
+    cell: str
+    seed: int
+    horizons: tuple[int, ...]
+    point: dict[str, Any] = field(default_factory=dict)
+    tag: str = ""
+    branch_tag: str = ""
+    phase: str = BRANCH_PHASE
+    columns: tuple[tuple[str, str], ...] = ()
+    evaluate: bool = False
+
+
+def add_branching(
+    plan: HorizonPlan,
+    what: Branching,
+    spec: Spec,
+    checked: dict[str, CheckedCell],
+    out_dir: Path,
+    threads: dict[str, int],
+    ledger: Ledger,
+) -> None:
+    """Adds `what`'s stable run to `plan` (once: a tuned sweep's search and final phases may share it), and once
+    the ledger has it, each wanted branch from its checkpoint at the branch's decay start, or the blocked row."""
+    horizons = spec.horizons
+    assert horizons is not None, "add_branching needs a spec with horizons:"
+    seed, point_args = what.seed, tuple(override_args(what.point))
+    names = {h: horizon_name(what.cell, h) for h in horizons.steps}
+    starts = {h: checked[name].branch_start for h, name in names.items()}
+    stable = f"{names[horizons.longest]}{what.tag}{SEARCH_MARK}{STABLE_PHASE}"
+    stable_dir = out_dir / stable / f"seed{seed}"
+    point_columns = tuple((k, format_value(v)) for k, v in what.point.items())
+    if not any(run.cell == stable and run.seed == seed for run in plan.runs):
+        callback = {"class_path": BRANCH_POINTS, "init_args": {"dirpath": str(last_checkpoint(stable_dir).parent),
+                                                               "steps": sorted(set(starts.values()))}}  # fmt: skip
+        args = (*run_args(spec, checked[names[horizons.longest]], seed, stable_dir), *point_args,
+                "--trainer.callbacks+=" + json.dumps(callback, separators=(",", ":")))  # fmt: skip
+        columns = ((PHASE_COLUMN, STABLE_PHASE), (HORIZON_COLUMN, ""), (PARENT_COLUMN, ""), *point_columns)
+        plan.runs.append(Run(stable, seed, stable_dir, args, threads[names[horizons.longest]], columns))
+    parent = ledger.get(stable, seed)
+    if parent is None:  # not ended yet: its branches wait
+        return
+    parent_name = f"{stable}/seed{seed}"
+    for horizon in what.horizons:
+        name, base = names[horizon] + what.branch_tag, names[horizon]
+        run_dir = out_dir / name / f"seed{seed}"
+        columns = ((PHASE_COLUMN, what.phase), (HORIZON_COLUMN, str(horizon)), (PARENT_COLUMN, parent_name),
+                   *point_columns, *what.columns)  # fmt: skip
+        why = _why_blocked(parent_name, parent, starts[horizon])
+        own = ledger.get(name, seed)
+        if why is None:
+            if is_blocked(own):
+                plan.cleared.append((name, seed))
+            start = step_checkpoint(last_checkpoint(stable_dir).parent, starts[horizon])
+            args = (*run_args(spec, checked[base], seed, run_dir), *point_args)
+            plan.runs.append(Run(name, seed, run_dir, args, threads[base], columns, what.evaluate, start))
+        elif own is None or is_blocked(own):
+            status, error, step = why
+            values = {k: format_value(v) for k, v in checked[base].axis_values.items()}
+            plan.blocked.append({"cell": name, "seed": str(seed), "status": status, **values, **dict(columns),
+                                 "diverged_at_step": step, "error": error})  # fmt: skip
+
+
 def horizon_runs(
     spec: Spec, checked: dict[str, CheckedCell], out_dir: Path, threads: dict[str, int], ledger: Ledger
 ) -> HorizonPlan:
-    """Seed by seed, each cell's stable run, then the branches of the stable runs the ledger has done.
+    """Seed by seed, each cell's stable run, then the branches of the stable runs the ledger has done (a tuned
+    sweep: `experiments.sweep.tuned_branches`).
 
     Args:
         spec: the sweep (with `horizons:`).
@@ -97,36 +177,9 @@ def horizon_runs(
     """
     horizons = spec.horizons
     assert horizons is not None, "horizon_runs needs a spec with horizons:"
+    assert spec.tune is None, "a tuned sweep's horizons: experiments.sweep.tuned_branches"
     plan = HorizonPlan()
     for seed in spec.seeds:
         for cell in horizons.cells:
-            names = {h: horizon_name(cell, h) for h in horizons.steps}
-            starts = {h: checked[name].branch_start for h, name in names.items()}
-            top, stable = names[horizons.longest], horizons.stable(cell)
-            stable_dir = out_dir / stable / f"seed{seed}"
-            callback = {"class_path": BRANCH_POINTS, "init_args": {"dirpath": str(last_checkpoint(stable_dir).parent),
-                                                                   "steps": sorted(set(starts.values()))}}  # fmt: skip
-            args = (*run_args(spec, checked[top], seed, stable_dir),
-                    "--trainer.callbacks+=" + json.dumps(callback, separators=(",", ":")))  # fmt: skip
-            columns = ((PHASE_COLUMN, STABLE_PHASE), (HORIZON_COLUMN, ""), (PARENT_COLUMN, ""))
-            plan.runs.append(Run(stable, seed, stable_dir, args, threads[top], columns))
-            parent = ledger.get(stable, seed)
-            if parent is None:  # not ended yet: its branches wait
-                continue
-            for horizon, name in names.items():
-                run_dir, parent_name = out_dir / name / f"seed{seed}", f"{stable}/seed{seed}"
-                columns = ((PHASE_COLUMN, BRANCH_PHASE), (HORIZON_COLUMN, str(horizon)), (PARENT_COLUMN, parent_name))
-                why = _why_blocked(parent_name, parent, starts[horizon])
-                own = ledger.get(name, seed)
-                if why is None:
-                    if is_blocked(own):
-                        plan.cleared.append((name, seed))
-                    start = step_checkpoint(last_checkpoint(stable_dir).parent, starts[horizon])
-                    args = tuple(run_args(spec, checked[name], seed, run_dir))
-                    plan.runs.append(Run(name, seed, run_dir, args, threads[name], columns, start_from=start))
-                elif own is None or is_blocked(own):
-                    status, error, step = why
-                    values = {k: format_value(v) for k, v in checked[name].axis_values.items()}
-                    plan.blocked.append({"cell": name, "seed": str(seed), "status": status, **values, **dict(columns),
-                                         "diverged_at_step": step, "error": error})  # fmt: skip
+            add_branching(plan, Branching(cell, seed, horizons.steps), spec, checked, out_dir, threads, ledger)
     return plan

@@ -21,7 +21,7 @@ from contract.run_folder import FAILED, FINISHED
 from experiments.records.layout import LEDGER_NAME, SWEEP_INFO
 from experiments.records.ledger import PHASE_COLUMN, Ledger
 from experiments.records.values import format_value
-from experiments.sweep.branches import horizon_runs
+from experiments.sweep.branches import HorizonPlan, horizon_runs
 from experiments.sweep.claims import describe, read_claim
 from experiments.sweep.expand import sweep_runs
 from experiments.sweep.launchers import LAUNCHERS, Launch, Launched, Launcher
@@ -33,6 +33,7 @@ from experiments.sweep.runs import Run, available_cores
 from experiments.sweep.same_sweep import check_same_sweep, sweep_info
 from experiments.sweep.spec import Spec, SpecError, load_spec
 from experiments.sweep.supersede import supersede
+from experiments.sweep.tuned_branches import tuned_horizon_runs
 from experiments.sweep.tuning import extension_rule, initial_points
 from experiments.sweep.validate import CheckedCell, check_spec
 
@@ -111,7 +112,7 @@ class SweepPlan:
         (and drops those rows once they can: `experiments.sweep.branches`)."""
         if self.spec.horizons is None:
             return self.runs()
-        plan = horizon_runs(self.spec, self.checked, self.out_dir, self.threads, self.ledger)
+        plan = branched_runs(self.spec, self.checked, self.out_dir, self.threads, self.ledger)
         plan.apply(self.ledger)
         self.blocked = plan.blocked
         return plan.runs
@@ -189,10 +190,18 @@ class SweepPlan:
 def needed_runs(
     spec: Spec, checked: dict[str, CheckedCell], out_dir: Path, threads: dict[str, int], ledger: Ledger
 ) -> list[Run]:
-    """The runs the sweep needs now given its ledger (`expand.sweep_runs`; `branches.horizon_runs` for horizons)."""
+    """The runs the sweep needs now given its ledger (`expand.sweep_runs`; `branched_runs` for horizons)."""
     if spec.horizons is not None:
-        return horizon_runs(spec, checked, out_dir, threads, ledger).runs
+        return branched_runs(spec, checked, out_dir, threads, ledger).runs
     return sweep_runs(spec, checked, out_dir, threads, ledger)
+
+
+def branched_runs(
+    spec: Spec, checked: dict[str, CheckedCell], out_dir: Path, threads: dict[str, int], ledger: Ledger
+) -> HorizonPlan:
+    """A `horizons:` sweep's stable runs and branches given its ledger (tuned: at each horizon's own point)."""
+    horizon_plan = tuned_horizon_runs if spec.tune is not None else horizon_runs
+    return horizon_plan(spec, checked, out_dir, threads, ledger)
 
 
 def plan_sweep(

@@ -16,7 +16,8 @@ rows carry their `phase` (stable, branch), a branch its `horizon` and its `paren
 starts once its stable run is done; one whose stable run failed, or diverged before the branch's decay start, is
 recorded as such (`failed`, `diverged`) and not run: `--retry-failed` runs a failed stable run again, then its
 branches. A branch resumes from its own checkpoints like any run; two sweeps sharing the folder claim each run once.
-The report adds the budget axis (`experiments.analysis.horizons_report`).
+The report adds the budget axis (`experiments.analysis.horizons_report`). With `tune:`, each (cell, horizon) is
+tuned on its own, a searched point one stable run with its branches (`experiments.sweep.tuned_branches`).
 """
 
 from __future__ import annotations
@@ -28,6 +29,7 @@ from typing import Any, TypeVar
 from experiments.records.ledger import SEARCH_MARK, STABLE_PHASE
 from experiments.sweep.ladder import HasOverrides
 from experiments.sweep.spec_error import SpecError
+from experiments.sweep.tuning import Tune
 
 HORIZON_KEY = "trainer.max_steps"  # what a horizon sets: the axis of the ledger
 HORIZON_LABEL = "horizon"  # a horizon cell's name: `<cell>,horizon=<steps>`
@@ -43,7 +45,7 @@ def parse_horizons(raw: Any, fixed_and_axes: tuple[str, ...], blocks: dict[str, 
     Args:
         raw: the block as read: a list of training lengths in steps.
         fixed_and_axes: keys the spec fixes or varies (`trainer.max_steps` cannot be one: each horizon sets it).
-        blocks: which of the spec's other blocks are present (`tune`, `ladder`: not combined with horizons yet).
+        blocks: which of the spec's other blocks are present (`ladder`: not combined with horizons yet).
     """
     if raw is None:
         return ()
@@ -63,6 +65,22 @@ def parse_horizons(raw: Any, fixed_and_axes: tuple[str, ...], blocks: dict[str, 
             raise SpecError(f"horizons: not combined with `{block}:` yet; run the horizons in a spec without it (e.g. "
                             f"fix the values a tuned sweep chose)")  # fmt: skip
     return tuple(sorted(raw))
+
+
+# what sets where a branch leaves its stable run: a tuned key cannot move it (every point shares the stable phase)
+BRANCH_START_KEYS = ("model.optim.schedule", "model.optim.warmup_steps", "model.optim.decay_fraction")
+
+
+def check_tuned_horizons(tune: Tune) -> str | None:
+    """Why `tune:` cannot go with `horizons:` as written (a one-line error), or None."""
+    if tune.transfer or tune.search_on:
+        return "horizons: with tune: searches every cell at every horizon; tune.transfer and tune.search_on are not "\
+               "combined with horizons yet"  # fmt: skip
+    moved = [key for key in tune.names if key in BRANCH_START_KEYS]
+    if moved:
+        return f"horizons: tune.grid's {moved} would move each point's decay start; tune the peak rate (e.g. "\
+               "model.optim.lr) and fix the schedule's settings"  # fmt: skip
+    return None
 
 
 def horizon_name(cell: str, horizon: int) -> str:

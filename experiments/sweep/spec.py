@@ -43,7 +43,14 @@ from contract.errors import ConfigError
 from contract.plugins import plugin_list
 from experiments.records.layout import SUMMARY_DIR
 from experiments.records.ledger import HORIZON_COLUMN, PARENT_COLUMN, PHASE_COLUMN
-from experiments.sweep.horizons import HORIZON_KEY, Horizons, at_horizons, horizons_baseline, parse_horizons
+from experiments.sweep.horizons import (
+    HORIZON_KEY,
+    Horizons,
+    at_horizons,
+    check_tuned_horizons,
+    horizons_baseline,
+    parse_horizons,
+)
 from experiments.sweep.ladder import Ladder, climb, ladder_baseline, parse_ladder
 from experiments.sweep.spec_blocks import LauncherOptions, Pretrained, ReportOptions
 from experiments.sweep.spec_cells import Cell, Overrides, baseline_name, check_names, expand, overrides, seed_list
@@ -118,7 +125,7 @@ class Spec:
         """The ledger's columns after the status: the axes, and for a tuned sweep each run's phase and values (with
         `horizons:`, each run's phase, horizon and parent)."""
         if self.horizons:
-            return (*self.axes, PHASE_COLUMN, HORIZON_COLUMN, PARENT_COLUMN)
+            return (*self.axes, PHASE_COLUMN, HORIZON_COLUMN, PARENT_COLUMN, *(self.tune.names if self.tune else ()))
         return self.axes + ((PHASE_COLUMN, *self.tune.names) if self.tune else ())
 
     def snapshot(self) -> dict[str, Any]:
@@ -234,7 +241,7 @@ def _typed(path: Path, raw: dict[str, Any], lines: Lines) -> Spec:
         if axes and "compare_within" not in raw:  # each cell against the baseline at its own size
             report["compare_within"] = list(ladder.keys)
         cells, axes = climb(cells, rungs, Cell), (*axes, *ladder.keys)
-    blocks = {"tune": raw.get("tune") is not None, "ladder": ladder is not None}
+    blocks = {"ladder": ladder is not None}
     steps = parse_horizons(raw.get("horizons"), (*fixed, *axes), blocks)
     horizons = Horizons(steps, tuple(c.name for c in cells)) if steps else None
     if horizons:
@@ -262,6 +269,8 @@ def _typed(path: Path, raw: dict[str, Any], lines: Lines) -> Spec:
             if "transfer" in raw["tune"]:  # `transfer:` alone: every default
                 transfer = raw["tune"]["transfer"]
                 tune = replace(tune, transfer=parse_transfer({} if transfer is None else transfer, tune, rungs))
+        if tune is not None and horizons is not None and (why := check_tuned_horizons(tune)):
+            raise SpecError(why)
     except TuneError as err:
         raise SpecError(str(err)) from None
 

@@ -126,3 +126,25 @@ def test_a_failed_stable_run_blocks_its_branches_without_retrying(tmp_path):
     assert (out / "bad_bpe,horizon=64~stable" / "seed0" / "run.log").read_text().count(" start: ") == 2
     assert read_rows(out)[("bad_bpe,horizon=16", "0")]["error"].startswith(f"parent {stable} failed: ")
     assert not (out / "bad_bpe,horizon=16").exists()
+
+
+def test_tuned_at_each_horizon_the_final_branch_is_the_search_branch_of_the_chosen_point(tmp_path):
+    """`tune:` with `horizons:` (two rates, no extension; the final seed is the tune seed): a final branch starts from
+    the search's own stable run at its horizon's chosen rate, so it trains what that point's search branch did."""
+    tune = {"grid": {"model.optim.lr": [0.003, 0.03]}, "extend": 0}
+    fixed = SETTINGS | {"data.test_split": "held_out"}
+    spec = write_spec(tmp_path / "spec.yaml", grid={"model.arch.pos_encoding": ["rope"]}, fixed=fixed, tune=tune)
+    assert sweep.main(command(spec, tmp_path / "out")[3:]) == 0
+    rows = read_rows(tmp_path / "out")
+    assert all(row["status"] == "done" for row in rows.values())
+    phases = sorted(row["phase"] for row in rows.values())
+    assert phases == ["final"] * 2 + ["search"] * 4 + ["stable"] * 2  # the final runs' stable runs: the search's
+    for horizon in (16, 64):
+        final = rows[(f"pos_encoding=rope,horizon={horizon}", "0")]
+        lr = final["model.optim.lr"]
+        searched = rows[(f"pos_encoding=rope,horizon={horizon}~lr={lr}", "0")]
+        assert final["parent"] == searched["parent"] == f"pos_encoding=rope,horizon=64~lr={lr}~stable/seed0"
+        assert {m: final[m] for m in METRICS} == {m: searched[m] for m in METRICS}  # the same run, value for value
+        assert final["test/loss"] and not searched.get("test/loss")  # only the final runs meet the test split
+    report = (tmp_path / "out" / "report.md").read_text()
+    assert "## Horizons" in report and "## Tuning" in report
