@@ -42,9 +42,11 @@ class BranchPoints(Checkpoint):
     def last(self) -> int:
         return self.steps[-1]
 
-    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
-        # after the optimizer and its schedule were built for `trainer.max_steps` (the longest horizon); a run
-        # restored at the last branch point is done at once
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # after the optimizer and its schedule were built for `trainer.max_steps` (the longest horizon), and after
+        # every other callback's `on_train_start` (Lightning runs a `Checkpoint` last), so what they place by the
+        # run's length (a uniform average's window) is placed as in the longest horizon's run; a run restored at
+        # the last branch point is done at once
         trainer.fit_loop.epoch_loop.max_steps = self.last
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx) -> None:

@@ -1,6 +1,7 @@
 """A decay branch equals the same run trained from scratch (issue 51): a `horizons:` sweep of the tiny GPT at 16 and
 40 steps (WSD, a quarter decaying: branch points 12, a validation step, and 30, the stable run's last step), with
-dropout (the generators travel in the checkpoints), and a plain sweep of the same cell at 16 and 40 steps. On CPU
+dropout (the generators travel in the checkpoints) and a uniform weight average over each run's last quarter
+(averaging without a cooldown's window), and a plain sweep of the same cell at 16 and 40 steps. On CPU
 with one seed, every value each branch logged, and the stable run's before the branch point, equals the scratch
 run's at the same step and tag, bit for bit, and so do their ledger rows."""
 
@@ -26,6 +27,9 @@ SETTINGS = {k: v for k, v in FIXED.items() if k != "trainer.max_steps"} | {
     "model.arch.dropout": 0.1,
     "trainer.log_every_n_steps": 1,
     "diagnostics.every_n_steps": 4,
+    # a uniform average over each run's last quarter: from its branch point (the run's own length sets the window)
+    "averaging.kind": "uniform",
+    "averaging.last_fraction": 0.25,
 }
 GRID = {"model.arch.pos_encoding": ["rope"]}
 # a row's columns that depend on when and where it ran, or on the sweep it belongs to
