@@ -63,6 +63,17 @@ def smoke_spec(spec: Path, tmp_path: Path) -> Path:
         "trainer.limit_test_batches": 1,  # a tuned spec's final runs are tested (SCAN: thousands of decodes)
         "trainer.num_sanity_val_steps": 0,
     }
+    if data.get("horizons"):  # two short lengths, each past a 1-step warmup and a multiple of the validation interval
+        data["horizons"] = [4, 8]
+    if data.get("horizons") or "trainer.max_steps" in (data.get("grid") or {}):
+        del data["fixed"]["trainer.max_steps"]
+        varied = any("model.optim.warmup_steps" in cell for cell in data.get("cells") or [])
+        for cell in data.get("cells") or []:
+            if "model.optim.warmup_steps" in cell:  # 0 stays 0: cells without warmup differ from those with
+                cell["model.optim.warmup_steps"] = min(cell["model.optim.warmup_steps"], 1)
+        data["fixed"] |= {} if varied else {"model.optim.warmup_steps": 1}
+        if "grid" in data and "trainer.max_steps" in data["grid"]:
+            data["grid"]["trainer.max_steps"] = [4, 8]
     data["checkpoint_every"] = 2
     data.pop("require_clean", None)  # a smoke run checks the spec, not the tree it runs from
     tmp_path.mkdir(parents=True, exist_ok=True)
