@@ -13,18 +13,23 @@ so the shard is Σ ceil(rows/N)·cols, P/N when N divides every dim 0):
   backward, a block is gathered while the next is prefetched, and a block's and the root's full gradients live
   until reduce-scatter: p·(2·root + 3·block);
 - activations, one micro-batch of b sequences of s tokens, width h, a heads, L blocks, vocabulary V, activation
-  element size e (2 under 16-bit autocast, else 4), residual stream in fp32 (r = 4). A pre-norm block saves, per
-  token (Korthikanti et al. 2022, arXiv 2205.05198, Eq. 2, counted in elements rather than 16-bit bytes):
-  both norms' inputs (2h, the residual stream: r), the QKV input, Q, K, V, the attention output and the
-  output projection's input (6h), the FFN input, GELU input and output (1h + 8h): 15h elements at e and 2h at r.
-  SDPA's flash/memory-efficient kernels keep no s×s scores (the paper's 5·a·s² term) but a logsumexp per head
-  and query (4·a bytes, fp32); dropout keeps two 1-byte masks per residual branch pair (2h bytes; SDPA's
-  attention dropout keeps none). Under autocast each block also keeps its weights' 16-bit copies (e·block).
-      block = s·b·(h·(15·e + 2·r + 2·[dropout]) + 4·a) + [autocast]·e·block_params
-      head  = s·b·(h·(r + e + [dropout]) + V·(e + 8))   (embedding output, final norm input, logits, fp32
-              log-probabilities the loss keeps and the logits' fp32 gradient at the start of the backward)
+  element size e (2 under 16-bit autocast, else 4), residual stream in the parameters' dtype r. A pre-norm block
+  saves per token the 16·h elements Korthikanti et al. 2022 count (arXiv 2205.05198, §4.1, their 34·s·b·h bytes
+  less the two dropout masks, in elements): both norms' inputs (2h, the residual stream: r), the QKV input, Q,
+  K, V and the attention output, which is the output projection's input (5h), the FFN input (h), GELU's input
+  and output (8h). SDPA's flash/memory-efficient kernels keep no s×s scores (the paper's 5·a·s² term) but a
+  fp32 logsumexp per head and query (4·a bytes); dropout keeps a 1-byte mask per residual branch (2h bytes;
+  SDPA's own attention dropout keeps none). Under autocast a block also keeps its weights' 16-bit copies.
+      block = s·b·(h·(14·e + 2·r + 2·[dropout]) + 4·a) + [autocast]·e·block_params
+      head  = s·b·(h·(r + e + [dropout]) + V·(e + 8))   (the final norm's input, the head's input, the embedding
+              dropout's mask, the logits, the fp32 log-probabilities the loss keeps and the logits' fp32
+              gradient as the backward starts; a Lightning training step returns the loss alone, so nothing
+              else holds the logits)
       no checkpointing:   L·block + head
-      full checkpointing: L·s·b·h·r (each block's input) + block (one block recomputed at a time) + head
+      full checkpointing: L·s·b·h·r (each block's input) + max(block, head): one block is recomputed at a
+                          time, after the head's backward has freed the logits
+  Measured on CPU in fp32 (`experiments.bench.sharding`): 16.05·h·4 bytes per token per added layer, and
+  11.6 bytes per token per vocabulary entry.
 The total adds the columns: a bound, since activations peak at the start of the backward and gradients at its
 end. The measured peaks (`experiments.bench.sharding`) check these terms on CPU processes.
 """
@@ -149,11 +154,11 @@ def activations(plan: Plan, counts: Counts, checkpointing: bool) -> int:
     """Activation bytes of one micro-batch (the module docstring's formula)."""
     cfg, e, r = plan.arch, plan.act_bytes, plan.param_bytes
     tokens, h, drop = plan.batch * plan.seq, cfg.d_model, int(cfg.dropout > 0)
-    block = tokens * (h * (15 * e + 2 * r + 2 * drop) + 4 * cfg.n_heads)
+    block = tokens * (h * (14 * e + 2 * r + 2 * drop) + 4 * cfg.n_heads)
     block += e * counts.block if plan.autocast else 0
     head = tokens * (h * (r + e + drop) + cfg.vocab_size * (e + 8))
     if checkpointing:
-        return cfg.n_layers * tokens * h * r + block + head
+        return cfg.n_layers * tokens * h * r + max(block, head)
     return cfg.n_layers * block + head
 
 
