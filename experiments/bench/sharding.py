@@ -54,8 +54,12 @@ FULL_SHAPE = {"arch": {"vocab_size": 8192, "d_model": 256, "n_layers": 4, "n_hea
 SMOKE_SHAPE = {"arch": {"vocab_size": 64, "d_model": 32, "n_layers": 1, "n_heads": 2}, "batch": 2, "seq": 16}
 
 
-def _measure(arch: dict, batch: int, seq: int, steps: int, rank: int, world: int, fsdp: bool) -> dict:
-    """This process's peak bytes over `steps` training steps (the module docstring says what is counted)."""
+def _measure(arch: dict, batch: int, seq: int, steps: int, rank: int, world: int, fsdp: bool, device: str = "cpu",
+             precision: str = "32-true") -> dict:  # fmt: skip
+    """This process's peak bytes over `steps` training steps (the module docstring says what is counted; on CUDA,
+    `torch.cuda.max_memory_allocated` after the model is sharded)."""
+    import contextlib
+
     import torch
 
     from lit_modules.optim import OptimConfig, build_optimizer
@@ -63,35 +67,51 @@ def _measure(arch: dict, batch: int, seq: int, steps: int, rank: int, world: int
 
     from .common import cross_entropy, profile_step, token_batch
 
+    cuda = device == "cuda"
+    if cuda:
+        torch.cuda.set_device(rank)
     torch.manual_seed(0)
-    model = GPT(ArchConfig(**arch))
+    model = GPT(ArchConfig(**arch)).to(device)
     if fsdp:
         from torch.distributed.device_mesh import init_device_mesh
 
         from lit_modules.sharding import shard
 
-        shard(model, init_device_mesh("cpu", (world,)))
-    ids, labels = token_batch(batch, seq, model.cfg.vocab_size, seed=rank)
+        shard(model, init_device_mesh(device, (world,)))
+    ids, labels = (t.to(device) for t in token_batch(batch, seq, model.cfg.vocab_size, seed=rank))
     tensors = [getattr(p, "_local_tensor", p) for p in model.parameters()] + list(model.buffers())
     start = sum(t.untyped_storage().nbytes() for t in tensors)  # the shards (padded) and buffers, once each
-    optimizer, _ = build_optimizer(model, OptimConfig(), steps)
+    optimizer, _ = build_optimizer(model, OptimConfig(), steps, precision)
+    mixed = precision.endswith("-mixed")
+    autocast = torch.autocast(device, torch.bfloat16 if precision.startswith("bf16") else torch.float16)
 
     def step() -> None:  # as a Lightning step: the loss alone leaves the forward, so the logits are freed
-        cross_entropy(model(ids), labels).backward()
+        with autocast if mixed else contextlib.nullcontext():
+            loss = cross_entropy(model(ids), labels)
+        loss.backward()
         optimizer.step()
         optimizer.zero_grad(set_to_none=True)
 
-    above, _ = profile_step(lambda: [step() for _ in range(steps)])
-    return {"rank": rank, "start_bytes": start, "peak_bytes": start + above}
+    if not cuda:
+        above, _ = profile_step(lambda: [step() for _ in range(steps)])
+        return {"rank": rank, "start_bytes": start, "peak_bytes": start + above}
+    torch.cuda.empty_cache()
+    torch.cuda.reset_peak_memory_stats()
+    allocated = torch.cuda.memory_allocated()  # the model's tensors and whatever sharding left
+    for _ in range(steps):
+        step()
+    torch.cuda.synchronize()
+    return {"rank": rank, "start_bytes": start, "allocated_at_start": allocated,
+            "peak_bytes": torch.cuda.max_memory_allocated()}  # fmt: skip
 
 
-def _run_setup(setup: Setup, shape: dict, steps: int) -> list[dict]:
-    """Every rank's measurement of `setup`, each rank its own fresh process."""
+def run_setup(setup: Setup, shape: dict, steps: int, device: str = "cpu", precision: str = "32-true") -> list[dict]:
+    """Every rank's measurement of `setup`, each rank its own fresh process (one thread on CPU)."""
     arch = shape["arch"] | {"max_seq_len": shape["seq"], "activation_checkpointing": setup.checkpointing}
     env = os.environ | {"OMP_NUM_THREADS": "1", "MKL_NUM_THREADS": "1"}
     args = ["--world", str(setup.world), "--port", str(_free_port()), "--arch", json.dumps(arch)]
     args += ["--batch", str(shape["batch"]), "--seq", str(shape["seq"]), "--steps", str(steps)]
-    args += [] if setup.fsdp else ["--plain"]
+    args += ["--device", device, "--precision", precision] + ([] if setup.fsdp else ["--plain"])
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "experiments.bench.sharding", "--rank", str(rank), *args],
@@ -121,7 +141,7 @@ def measured_table(shape: dict, setups: tuple[Setup, ...], steps: int) -> tuple[
     )  # fmt: skip
     data = {}
     for setup in setups:
-        ranks = _run_setup(setup, shape, steps)
+        ranks = run_setup(setup, shape, steps)
         m = memory(plan, setup.world, setup.fsdp, counts)
         at_backward, bound = m.at_backward(setup.checkpointing), m.total(setup.checkpointing)
         peak = max(r["peak_bytes"] for r in ranks)
@@ -161,15 +181,18 @@ def main() -> None:
         parser.add_argument(f"--{name}", type=int, required=True)
     parser.add_argument("--arch", type=json.loads, required=True)
     parser.add_argument("--plain", action="store_true", help="one unsharded process")
+    parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
+    parser.add_argument("--precision", default="32-true", help="as the Trainer's: `*-mixed` autocasts")
     args = parser.parse_args()
     import torch.distributed as dist
 
     fsdp = not args.plain
     if fsdp:
         os.environ |= {"MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(args.port)}
-        dist.init_process_group("gloo", rank=args.rank, world_size=args.world)
+        dist.init_process_group("nccl" if args.device == "cuda" else "gloo", rank=args.rank, world_size=args.world)
     try:
-        result = _measure(args.arch, args.batch, args.seq, args.steps, args.rank, args.world, fsdp)
+        result = _measure(args.arch, args.batch, args.seq, args.steps, args.rank, args.world, fsdp, args.device,
+                          args.precision)  # fmt: skip
     finally:
         if fsdp:
             dist.destroy_process_group()
