@@ -1,7 +1,7 @@
 """The GPU check's FSDP2 part: `configs/gpt/gpu.yaml`'s GPT trained a few steps on 2 GPUs (NCCL), sharded as a
 `--trainer.strategy fsdp2` run shards it, in bf16 autocast; each rank's peak (`torch.cuda.max_memory_allocated`)
-against the computed plan (`sharding_memory`), with and without activation checkpointing (dry: without only). A node with fewer than
-2 GPUs skips it, saying so. Dry: 2 CPU processes (gloo) on a tiny GPT, the same code path."""
+against the computed plan (`sharding_memory`), with and without activation checkpointing. A node with fewer than
+2 GPUs skips it, saying so. Dry: 2 CPU processes (gloo) on a tiny GPT without checkpointing, the same code path."""
 
 from __future__ import annotations
 
