@@ -21,6 +21,8 @@ so the shard is Σ ceil(rows/N)·cols, P/N when N divides every dim 0):
   fp32 logsumexp per head and query (4·a bytes); dropout keeps a 1-byte mask per residual branch (2h bytes;
   SDPA's own attention dropout keeps none). Under autocast a block also keeps its weights' 16-bit copies.
       block = s·b·(h·(14·e + 2·r + 2·[dropout]) + 4·a) + [autocast]·e·block_params
+  (the code counts Q, K, V and the FFN's hidden width as configured: grouped-query K and V, a gated FFN's three
+  hidden tensors; the model is the GPT the config builds, the only family planned here)
       head  = s·b·(h·(r + e + [dropout]) + V·(e + 8))   (the final norm's input, the head's input, the embedding
               dropout's mask, the logits, the fp32 log-probabilities the loss keeps and the logits' fp32
               gradient as the backward starts; a Lightning training step returns the loss alone, so nothing
@@ -46,6 +48,7 @@ import yaml
 
 from models import GPT, ArchConfig
 from models.block import Block
+from models.config import GATED_ACTIVATIONS
 
 from .tables import Table
 
@@ -154,7 +157,10 @@ def activations(plan: Plan, counts: Counts, checkpointing: bool) -> int:
     """Activation bytes of one micro-batch (the module docstring's formula)."""
     cfg, e, r = plan.arch, plan.act_bytes, plan.param_bytes
     tokens, h, drop = plan.batch * plan.seq, cfg.d_model, int(cfg.dropout > 0)
-    block = tokens * (h * (14 * e + 2 * r + 2 * drop) + 4 * cfg.n_heads)
+    q, kv = cfg.n_heads * cfg.d_head, cfg.kv_heads * cfg.d_head
+    hidden = (3 if cfg.activation in GATED_ACTIVATIONS else 2) * cfg.ffn_dim  # the activation's inputs and output
+    saved = 2 * h + 2 * q + 2 * kv + hidden  # at e: the two sublayers' inputs, Q, K, V, attention output, FFN
+    block = tokens * (saved * e + h * (2 * r + 2 * drop) + 4 * cfg.n_heads)
     block += e * counts.block if plan.autocast else 0
     head = tokens * (h * (r + e + drop) + cfg.vocab_size * (e + 8))
     if checkpointing:

@@ -97,3 +97,17 @@ def test_readme_prints_the_planning_tables():
     readme = open("README.md", encoding="utf-8").read()
     assert "python -m experiments.bench.sharding_memory --readme" in readme
     assert sm.readme_tables() in readme
+
+
+def test_grouped_query_attention_and_a_gated_ffn_are_counted_as_configured():
+    def per_layer(**arch) -> int:
+        """Activation bytes one more block adds (batch 1 × 8 tokens, d 64, 4 heads of 16)."""
+        sizes = []
+        for depth in (1, 2):
+            cfg = ArchConfig(**(dict(vocab_size=64, d_model=64, n_heads=4, max_seq_len=8, n_layers=depth) | arch))
+            sizes.append(sm.activations(sm.Plan(cfg, batch=1, seq=8), sm.count(cfg), False))
+        return sizes[1] - sizes[0]
+
+    mha = per_layer()
+    assert mha - per_layer(n_kv_heads=1) == 8 * 2 * (64 - 16) * 4  # K and V of one head of 16 instead of four
+    assert per_layer(activation="swiglu", d_ff=256) - mha == 8 * 256 * 4  # a third hidden tensor
