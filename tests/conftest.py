@@ -55,7 +55,7 @@ STARTS_TRAINING_OR_A_PROCESS = re.compile(
 )
 LONG_FILES = ("test_ladder_fit.py", "test_data_base.py", "test_same_sweep.py", "test_data_fingerprints.py",
               "test_data_translation.py", "test_relative_bias.py", "test_t5_bias.py", "test_encoder_decoder.py",
-              "test_test_splits.py")  # fmt: skip
+              "test_test_splits.py", "test_sharding_section.py")  # fmt: skip
 
 
 @functools.cache

@@ -13,7 +13,7 @@ from cli import cli_main
 CONFIGS = Path(__file__).resolve().parent.parent / "configs"
 FAMILIES = ["gpt", "bert", "translation", "vit"]
 # a config that is a diff of another overlay, not of its family's base alone (its usage line gives the stack)
-OVERLAYS = {"vit/cifar10_recipe.yaml": ["vit/recipe.yaml"]}
+OVERLAYS = {"vit/cifar10_recipe.yaml": ["vit/recipe.yaml"], "gpt/gpt_1b3.yaml": ["gpt/gpu.yaml"]}
 
 
 def config_stacks() -> list[list[Path]]:

@@ -17,6 +17,8 @@ Sections (each a module of this package with `run(ctx) -> Section`):
   decoding    encoder-decoder greedy and beam decoding tokens/s on the KV cache, by encoder-decoder depth split
   coord_check the parametrizations' coordinate check: every layer's activation size against width (sp, mup) and
               depth (mup, completep) over a few Adam steps, with the slopes, figures and TensorBoard in --out
+  sharding    FSDP2 memory per device: the computed plan of the GPU configs (1-8 devices) and the peak measured
+              on 1, 2 and 4 CPU processes (gloo) against the plan of the same GPT
 
 The run prints a markdown report (targets with PASS/FAIL first) and writes it, with a JSON copy
 holding every sample, to `--out` (default experiments/bench/results/): bench.md and bench.json,
@@ -64,6 +66,7 @@ SECTIONS = {
     "compile": "experiments.bench.compile",
     "quantize": "experiments.bench.quantize",
     "coord_check": "experiments.bench.coord_check",
+    "sharding": "experiments.bench.sharding",
 }
 DEFAULT_OUT = Path(__file__).resolve().parent / "results"  # experiments/bench/results/, as documented
 

@@ -1,8 +1,9 @@
 """The one GPU check (`make gpu-check`), prepared so that the minutes a GPU is lent go to measuring: each
 family's `configs/<family>/gpu.yaml` model trained in bf16 (tokens/s, MFU, peak memory), the SDPA kernel each
 positional scheme reaches, ALiBi's and T5's bias per distance (flex_attention) against a dense mask at long
-context (time, memory, gradient parity), the KV
-cache's generation speed-up, and a short GPT ladder (3 sizes × 2 schemes) through the sweep engine.
+context (time, memory, gradient parity), the KV cache's generation speed-up, FSDP2's peak memory per device
+against the computed plan (on a node with ≥ 2 GPUs), and a short GPT ladder (3 sizes × 2 schemes) through the
+sweep engine.
 
     python -m experiments.bench.gpu_check                 # on a GPU: under 8 minutes, writes results/gpu/
     python -m experiments.bench.gpu_check --dry           # CPU, tiny shapes, seconds: checks every part runs
@@ -30,7 +31,7 @@ from typing import Any
 
 import torch
 
-from .gpu_parts import DEFAULT_OUT, DRY, FAMILIES, FULL, PARTS, Check  # noqa: F401 - FAMILIES: the tests read it
+from .gpu_parts import DEFAULT_OUT, DRY, FAMILIES, FULL, PARTS, Check, Skipped  # noqa: F401 - FAMILIES: the tests read it
 from .timing import machine_info
 
 # the torch release each part needs, and why: the GPU machine's python3 may be older than this machine's
@@ -65,6 +66,8 @@ def run_part(check: Check, name: str, out_dir: Path, seconds_left: float | None)
     try:
         args = (check, out_dir, seconds_left) if name == "ladder" else (check,)
         outcome = Outcome(name, 0.0, PARTS[name](*args))
+    except Skipped as why:  # e.g. FSDP on a node with one GPU
+        outcome = Outcome(name, 0.0, skipped=str(why))
     except Exception:  # noqa: BLE001 - a lent GPU's other parts must still run
         outcome = Outcome(name, 0.0, error=traceback.format_exc(limit=3))
     outcome.seconds = time.perf_counter() - start
@@ -138,6 +141,10 @@ def markdown(check: Check, outcomes: list[Outcome]) -> str:
             lines += ["| scheme | cached, s | uncached, s | speed-up | same tokens |", "|---|---:|---:|---:|---|"]
             lines += [f"| {s} | {r['cached_s']:.3f} | {r['uncached_s']:.3f} | {r['speedup']:.1f}× | "
                       f"{r['same_tokens']} |" for s, r in o.result.items()]  # fmt: skip
+        elif o.name == "fsdp":
+            from .gpu_fsdp import markdown as fsdp_lines
+
+            lines += fsdp_lines(o.result)
         elif o.name == "ladder":
             sizes = o.result["sizes"]
             lines += [f"`{o.result['metric']}` (non-embedding parameters) by size; the sweep's report: "

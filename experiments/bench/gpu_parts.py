@@ -37,6 +37,10 @@ SDPA_OPS = {
 }
 
 
+class Skipped(Exception):
+    """A part that cannot run on this machine says why (the check records it as skipped, not failed)."""
+
+
 @dataclass(frozen=True)
 class Check:
     """Where and how big: the full check on CUDA in bf16, or the dry run on CPU with tiny shapes."""
@@ -299,10 +303,18 @@ def alarm(seconds: float | None):
         signal.signal(signal.SIGALRM, previous)
 
 
+def fsdp(check: Check) -> dict[str, Any]:
+    """FSDP2 on 2 GPUs: peak memory per device against the computed plan (`gpu_fsdp`; skipped on one GPU)."""
+    from .gpu_fsdp import fsdp_memory  # it imports this module
+
+    return fsdp_memory(check)
+
+
 PARTS: dict[str, Callable[..., dict[str, Any]]] = {
     "throughput": throughput,
     "sdpa": sdpa_kernels,
     "score_bias": score_bias,
     "kv_cache": kv_cache,
+    "fsdp": fsdp,
     "ladder": ladder,
 }

@@ -32,6 +32,9 @@ def test_every_part_runs_dry_and_is_written(dry_run):
     assert all(row["blockwise"]["s"] > 0 and row["math"]["s"] > 0 for row in bias.values())
     assert all(row["max_grad_diff"] < 1e-2 for row in bias.values())  # bf16 autocast: the two paths agree
     assert all(r["same_tokens"] for r in parts["kv_cache"].values())  # the cache changes speed, not tokens
+    fsdp = parts["fsdp"]  # 2 gloo processes in place of 2 GPUs
+    assert fsdp["world"] == 2 and fsdp["device"] == "cpu" and list(fsdp["settings"]) == ["off"]
+    assert len(fsdp["settings"]["off"]["peak_bytes"]) == 2 and fsdp["settings"]["off"]["computed_at_backward"] > 0
     ladder = parts["ladder"]
     assert ladder["sizes"] == ["d16", "d24", "d32"] and set(ladder["cells"]) == {"pos_encoding=rope"}
     by_size = ladder["cells"]["pos_encoding=rope"]
@@ -57,6 +60,13 @@ def test_without_cuda_the_full_check_says_so(capsys):
         pytest.skip("a GPU is here: the full check would run")
     assert gpu_check.main([]) == 1
     assert "CUDA is not available" in capsys.readouterr().err
+
+
+def test_fsdp_on_a_node_with_one_gpu_is_skipped_saying_why(monkeypatch, tmp_path):
+    monkeypatch.setattr(gpu_check.torch.cuda, "device_count", lambda: 1)
+    outcome = gpu_check.run_part(gpu_check.FULL, "fsdp", tmp_path, None)
+    assert outcome.skipped == "needs a node with ≥ 2 GPUs (FSDP2 over NCCL); this one has 1" and not outcome.error
+    assert "Skipped: needs a node with ≥ 2 GPUs" in gpu_check.markdown(gpu_check.DRY, [outcome])
 
 
 def test_an_unknown_part_names_the_choices(capsys):
