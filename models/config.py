@@ -314,8 +314,18 @@ class ArchConfig:
         return self.base_width or self.d_model if self.scheme.base_width_embeddings else self.d_model
 
     @property
+    def base_head_dim(self) -> int:
+        """The head width at the base shape: `head_dim` when set (a ladder that widens by adding heads), else
+        base_width / n_heads (one that widens each head)."""
+        return self.head_dim or (self.base_width or self.d_model) // self.n_heads
+
+    @property
     def attention_scale(self) -> float | None:
-        """The attention score scale: `attn_scale`, else 1/d_head under µP, else None (SDPA's 1/√d_head)."""
+        """The attention score scale: `attn_scale`, else under µP √base_head_dim / d_head, else None (SDPA's
+        1/√d_head). µP's 1/d_head carries the constant that makes it SP's 1/√d_head at the base head width (TP5's
+        GPT-3 runs use 8/d_head at a base head width of 64), so that a µP model at its base shape is the SP model;
+        a bare 1/d_head would shrink the scores √d_head-fold there (4x at head width 16)."""
         if self.attn_scale is not None or self.scheme.attention_exponent == 0.5:
             return self.attn_scale
-        return self.d_head**-self.scheme.attention_exponent
+        exponent = self.scheme.attention_exponent
+        return self.base_head_dim ** (exponent - 0.5) * self.d_head**-exponent

@@ -6,7 +6,8 @@ README prints it (`python cli.py parametrization`) without building anything.
 - `mup`: µP for Adam (Yang et al. 2022, Tensor Programs V, Table 3 in the form of its Table 8, which the
   `mup` package implements): hidden matrices start at std σ/√m_N and train at lr η/m_N (weight decay λ·m_N,
   so AdamW's decay lr·λ keeps its size, as `mup.MuAdamW` does); the readout's input is multiplied by 1/m_N;
-  attention scores by 1/d_head instead of 1/√d_head (TP5 §8; nanoGPT-mup).
+  attention scores by 1/d_head instead of 1/√d_head (TP5 §8), times √(the base shape's head width), so that
+  at the base shape µP is SP (TP5's GPT-3 runs: 8/d_head at a base head width of 64).
 - `completep`: µP plus CompleteP's depth rules at α = 1 (Dey et al. 2025, Table 1): every residual branch is
   multiplied by 1/m_L, the scaled init of the projections that write to the residual stream uses the base depth,
   and Adam's ε of the blocks' parameters is ε/(m_N·m_L) (their Eq. 40; at α = 1 no learning rate moves with
@@ -78,8 +79,8 @@ class Scheme:
         roles: each `Role`'s factors.
         readout: multiplies the readout's input (the logits' scale; the readout's bias is not scaled).
         residual: multiplies every residual branch's output (a stack's depth multiplier).
-        attention_exponent: attention scores are q·k / d_head**this (1/2: Vaswani et al.; 1: µP), unless the
-            config sets `attn_scale`.
+        attention_exponent: attention scores are q·k · base_head_dim**(this − 1/2) / d_head**this (1/2: Vaswani
+            et al.'s 1/√d_head; 1: µP's, equal to it at the base head width), unless the config sets `attn_scale`.
         base_width_embeddings: a token table that is scaled up (`scale_embeddings`, DyT's learned gain) is scaled
             by √base_width instead of √d_model and starts at N(0, 1/base_width): an input weight whose values,
             and updates, keep their size as width grows.
@@ -136,7 +137,8 @@ def markdown_table(name: Parametrization) -> str:
                                     for f in fields(RoleRule)) + " |"
         for role in ROLES
     ]  # fmt: skip
-    attention = "1/√d_head" if scheme.attention_exponent == 0.5 else f"1/d_head{_exponent(scheme.attention_exponent)}"
+    exponent = scheme.attention_exponent
+    attention = "1/√d_head" if exponent == 0.5 else f"√base_head_dim/d_head{_exponent(exponent)}"
     embed = "√base_width" if scheme.base_width_embeddings else "√d_model"
     multipliers = (
         f"Forward: readout input ×{scheme.readout.formula('1')}, residual branches ×{scheme.residual.formula('1')}, "

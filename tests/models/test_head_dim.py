@@ -32,7 +32,8 @@ def test_head_dim_is_its_own_setting():
         ArchConfig(**{**WIDE, "head_dim": 15}, pos_encoding="rope")
     assert ArchConfig(**WIDE, pos_encoding="rope", rope_fraction=0.25).rotary_dim == 4
     mup = ArchConfig(**WIDE, parametrization="mup", base_width=20)
-    assert mup.attention_scale == 16**-1.0  # µP's 1/d_head: the head's own width, not d_model / n_heads
+    assert mup.attention_scale == 16**-0.5  # µP's: the head's own width (fixed: SP's), not d_model / n_heads
+    assert replace(mup, head_dim=32).attention_scale == pytest.approx(32**-1.0 * 32**0.5)
 
 
 def test_projections_and_flops_use_the_head_width():

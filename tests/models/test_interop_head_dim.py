@@ -177,11 +177,12 @@ def test_suite_model_with_a_head_width_exports_and_reloads(case, tmp_path):
 
 
 def test_mup_model_with_a_head_width_exports_folded():
-    """µP scores by 1/d_head of the head's own width; folded into the queries, the export computes the same."""
+    """A µP model whose heads have their own width (kept at every width: µP's scale is SP's 1/√24 there) exports
+    folded, computing the same."""
     torch.manual_seed(0)
     cfg = ArchConfig(**dict(ROPE_GPT, head_dim=24, tie_embeddings=False), parametrization="mup", base_width=24)
     suite = _perturb(GPT(cfg), seed=1)
-    assert suite.stack.blocks[0].attn.scale == 24**-1.0
+    assert suite.stack.blocks[0].attn.scale == pytest.approx(24**-0.5)
     _assert_same_outputs(to_reference(suite), suite, VOCAB)
 
 

@@ -35,10 +35,10 @@ def test_sp_is_every_factor_one():
 
 @pytest.mark.parametrize("parametrization", ["mup", "completep"])
 def test_at_its_base_shape_a_mup_model_is_the_sp_model(parametrization):
-    """m_N = m_L = 1: the same weights from the same seed, the same logits and the same Adam groups (the attention
-    scale set alike, as µP's 1/d_head is a different function of the head size)."""
-    scale = dict(attn_scale=0.25)
-    sp, mup = gpt(64, **scale), gpt(64, parametrization=parametrization, base_width=64, **scale)
+    """m_N = m_L = 1: the same weights from the same seed, the same logits and the same Adam groups (µP's attention
+    scale is SP's at the base head width)."""
+    sp, mup = gpt(64), gpt(64, parametrization=parametrization, base_width=64)
+    assert mup.stack.blocks[0].attn.scale == pytest.approx(32**-0.5)  # d_head 32: SDPA's own 1/√d_head
     for (name, a), (_, b) in zip(sp.state_dict().items(), mup.state_dict().items(), strict=True):
         assert torch.equal(a, b), name
     ids = torch.randint(0, 96, (2, 16))
@@ -111,8 +111,18 @@ def test_mup_readout_multiplier_and_attention_scale():
     model = gpt(256, parametrization="mup", base_width=64)
     h = torch.randn(3, 256)
     assert torch.allclose(model.readout_input(h), h / 4)
-    assert model.stack.blocks[0].attn.scale == 1 / 128  # 1/d_head, d_head = 256 / 2
+    assert model.stack.blocks[0].attn.scale == pytest.approx(32**0.5 / 128)  # √base_head_dim/d_head: 64/2, 256/2
     assert gpt(256).stack.blocks[0].attn.scale is None  # sp: SDPA's own 1/sqrt(d_head)
+
+
+def test_mup_attention_scale_follows_the_head_width_not_the_model_width():
+    """Widened by adding heads (head_dim fixed), µP's scores keep SP's scale at every width; widened by widening each
+    head, they shrink as 1/d_head from SP's at the base head width."""
+    for width in (64, 128, 256):
+        more_heads = gpt(width, parametrization="mup", base_width=64, n_heads=width // 16, head_dim=16)
+        assert more_heads.stack.blocks[0].attn.scale == pytest.approx(16**-0.5), width
+        wider_heads = gpt(width, parametrization="mup", base_width=64, n_heads=4)
+        assert wider_heads.stack.blocks[0].attn.scale == pytest.approx(16**0.5 / (width // 4)), width
 
 
 def test_scaled_embeddings_keep_their_base_width_scale_under_mup():

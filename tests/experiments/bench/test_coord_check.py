@@ -105,11 +105,11 @@ def test_recorder_sees_the_forward_without_changing_it():
         logits = model(*inputs)
     torch.testing.assert_close(logits, expected, rtol=0, atol=0)
     torch.testing.assert_close(recorder.values["logits"], expected.detach())
-    # the attention logits are q·k·scale over every pair, with µP's 1/d_head
+    # the attention logits are q·k·scale over every pair, with µP's √base_head_dim/d_head (base head width 16/4)
     B, H, T, d_head = 2, 4, 8, 8
     q, k, _ = attn.qkv(seen[-1]).detach().split(32, dim=-1)
     q, k = (t.view(B, T, H, d_head).transpose(1, 2) for t in (q, k))
-    torch.testing.assert_close(recorder.values["block0.attn.logits"], (q @ k.transpose(-2, -1)) / d_head)
+    torch.testing.assert_close(recorder.values["block0.attn.logits"], (q @ k.transpose(-2, -1)) * 2 / d_head)
     assert all(m.probe is None for m in model.modules() if hasattr(m, "probe"))
     assert not model._forward_hooks and not model.stack._forward_pre_hooks and not attn._forward_hooks
 
