@@ -10,25 +10,31 @@ from pathlib import Path
 import numpy as np
 
 
-def run(argv: list[str] | None, doc: str, table: Callable[..., str], filename: str, post_hoc: bool = False) -> int:
+def run(
+    argv: list[str] | None, doc: str, table: Callable[..., str], filename: str, post_hoc: bool = False,
+    into_last: bool = False,
+) -> int:  # fmt: skip
     """Parses `sweep_dir` (and, with `post_hoc`, any post hoc folders after it), writes `table(sweep_dir, ...)`
-    to `sweep_dir/filename` and prints it."""
+    to `sweep_dir/filename` (with `into_last`, to the last post hoc folder's, leaving the pre-registered verdict
+    beside its own sweep) and prints it."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep_dir", type=Path)
     if post_hoc:
         parser.add_argument("post_hoc_dirs", type=Path, nargs="*", help="post hoc folders the verdict reads too")
     args = parser.parse_args(argv)
-    text = table(args.sweep_dir, *getattr(args, "post_hoc_dirs", ()))
-    (args.sweep_dir / filename).write_text(text)
+    later = getattr(args, "post_hoc_dirs", ())
+    text = table(args.sweep_dir, *later)
+    ((later[-1] if into_last and later else args.sweep_dir) / filename).write_text(text)
     print(text)
     return 0
 
 
 def run_lines(
-    argv: list[str] | None, doc: str, lines: Callable[..., list[str]], filename: str, post_hoc: bool = False
-) -> int:
+    argv: list[str] | None, doc: str, lines: Callable[..., list[str]], filename: str, post_hoc: bool = False,
+    into_last: bool = False,
+) -> int:  # fmt: skip
     """`run` for a verdict script, whose function gives the Markdown lines."""
-    return run(argv, doc, lambda *folders: "\n".join(lines(*folders)) + "\n", filename, post_hoc)
+    return run(argv, doc, lambda *folders: "\n".join(lines(*folders)) + "\n", filename, post_hoc, into_last)
 
 
 def mean_std(values: list[float]) -> str:

@@ -7,6 +7,9 @@ by the bracketing rule (`analysis.decisions`). `verdict.md` also tables each siz
 
     python -m experiments.studies.mup.verdict experiments/studies/mup/results/mup_width
     python -m experiments.studies.mup.verdict experiments/studies/mup/results/completep_depth
+    # post hoc: mup_width's SP beside the µP re-run (verdict.md and the plot go to the post hoc folder)
+    python -m experiments.studies.mup.verdict experiments/studies/mup/results/mup_width \
+        experiments/studies/mup/results/mup_width_anchored
 """
 
 from __future__ import annotations
@@ -30,28 +33,38 @@ def steps(lr: float, reference: float) -> float:
 
 
 class Study:
-    """A ladder of (parametrization, size) cells, each with its search: cell -> {size -> optimum}."""
+    """A ladder of (parametrization, size) cells, each with its search: cell -> {size -> optimum}. With post hoc
+    sweeps of the same ladder, a parametrization they ran is read from the last of them instead (a re-run of one
+    cell beside the pre-registered sweep's others)."""
 
-    def __init__(self, results: SweepResults):
+    def __init__(self, results: SweepResults, *post_hoc: SweepResults):
         self.results = results
         ladder = results.info["ladder"]
         self.sizes = [s["name"] for s in ladder["sizes"]]
         self.key = {name: tuple(pair) for name, pair in ladder["cells"].items()}  # "mup,size=w64" -> (mup, w64)
         self.cells = sorted({cell for cell, _ in self.key.values()})
+        self.source = {cell: results for cell in self.cells}  # parametrization -> the sweep its runs come from
+        for later in post_hoc:
+            self.source |= {cell: later for cell, _ in later.info["ladder"]["cells"].values()}
 
     def name(self, cell: str, size: str) -> str:
         return next(n for n, k in self.key.items() if k == (cell, size))
 
     def optimum(self, cell: str, size: str) -> float | None:
-        chosen = self.results.chosen(self.name(cell, size))
+        chosen = self.source[cell].chosen(self.name(cell, size))
         return chosen[0] if chosen else None
 
     def missing(self) -> list[str]:
         return [self.name(c, s) for c in self.cells for s in self.sizes if self.optimum(c, s) is None]
 
     def guard(self, cell: str) -> rules.Guard | None:
-        unbracketed = self.results.unbracketed()
+        unbracketed = self.source[cell].unbracketed()
         return rules.bracketing(unbracketed, [self.name(cell, s) for s in self.sizes])
+
+    def final(self, cell: str, size: str) -> list[float]:
+        """The final runs' test losses."""
+        found = self.source[cell].cells.get(self.name(cell, size))
+        return list(found.values("test/loss").values()) if found else []
 
     def offsets(self, cell: str) -> list[float]:
         """Each size's optimum in grid steps from the smallest size's."""
@@ -60,7 +73,7 @@ class Study:
 
     def curve(self, cell: str, size: str) -> dict[float, list[float]]:
         """lr -> the search seeds' validation losses (nan: diverged)."""
-        search = self.results.searches[self.name(cell, size)]
+        search = self.source[cell].searches[self.name(cell, size)]
         return {point[0]: values for point, values in sorted(search.points.items())}
 
 
@@ -121,8 +134,8 @@ CLAIMS: dict[str, list[tuple[str, str, Callable]]] = {
 }
 
 
-def verdicts(sweep_dir: Path) -> list[str]:
-    study = Study(load(sweep_dir))
+def verdicts(sweep_dir: Path, *post_hoc_dirs: Path) -> list[str]:
+    study = Study(load(sweep_dir), *map(load, post_hoc_dirs))
     if study.missing():
         return [f"- {len(study.missing())} (parametrization, size) cell(s) have not chosen a rate yet: no verdict"]
     axis = next(k for k in CLAIMS if k in study.results.info["ladder"]["sizes"][0]["overrides"])
@@ -139,13 +152,12 @@ def verdicts(sweep_dir: Path) -> list[str]:
 def optima_table(study: Study) -> list[str]:
     rows = ["| cell | size | optimum lr | val/loss there (search seeds) | test/loss (final seeds) | bracketed |",
             "|---|---|---:|---:|---:|---|"]  # fmt: skip
-    unbracketed = study.results.unbracketed()
     for cell in study.cells:
+        unbracketed = study.source[cell].unbracketed()
         for size in study.sizes:
             name, lr = study.name(cell, size), study.optimum(cell, size)
             val = table_script.mean_std(study.curve(cell, size).get(lr, []))
-            final = study.results.cells.get(name)
-            test = table_script.mean_std(list(final.values("test/loss").values()) if final else [])
+            test = table_script.mean_std(study.final(cell, size))
             rows.append(f"| {cell} | {size} | {lr:g} | {val} | {test} | {'no' if name in unbracketed else 'yes'} |")
     return rows
 
@@ -170,13 +182,17 @@ def plot(study: Study, out: Path) -> Path:
 
 
 def main(argv: list[str] | None = None) -> int:
-    def lines(sweep_dir: Path) -> list[str]:
-        found = verdicts(sweep_dir)
+    def lines(sweep_dir: Path, *post_hoc_dirs: Path) -> list[str]:
+        found = verdicts(sweep_dir, *post_hoc_dirs)
         if found[0].startswith("- **"):
-            plot(Study(load(sweep_dir)), sweep_dir / "lr_curves.png")
+            out = (post_hoc_dirs or (sweep_dir,))[-1] / "lr_curves.png"
+            plot(Study(load(sweep_dir), *map(load, post_hoc_dirs)), out)
+        if post_hoc_dirs:
+            found = [f"Post hoc: {', '.join(p.name for p in post_hoc_dirs)}'s parametrizations replace "
+                     f"{sweep_dir.name}'s.", "", *found]  # fmt: skip
         return found
 
-    return table_script.run_lines(argv, __doc__, lines, "verdict.md")
+    return table_script.run_lines(argv, __doc__, lines, "verdict.md", post_hoc=True, into_last=True)
 
 
 if __name__ == "__main__":

@@ -100,3 +100,22 @@ def test_the_script_writes_the_verdict_and_the_curves(tmp_path, capsys):
 @pytest.mark.parametrize("lr, reference, expected", [(4e-3, 8e-3, -1.0), (3.2e-2, 8e-3, 2.0)])
 def test_steps(lr, reference, expected):
     assert verdict.steps(lr, reference) == pytest.approx(expected)
+
+
+def test_a_post_hoc_rerun_of_one_parametrization_replaces_its_cells(tmp_path):
+    """mup_width_anchored re-runs µP alone: its searches and final runs stand in for the first sweep's µP, whose
+    verdict stays where it was; SP is read from the first sweep."""
+    first = write_study(tmp_path / "first", {"sp": [1.6e-2, 8e-3, 4e-3, 2e-3], "mup": [8e-3, 2e-3, 8e-3, 4e-3]})
+    lines = verdict.verdicts(first)
+    assert "holds across widths: not reproduced." in claim(lines, "µP's optimum holds across widths")
+    rerun = write_study(tmp_path / "rerun", {"mup": [8e-3, 8e-3, 8e-3, 8e-3]}, level=lambda cell, i: 1.0 - 0.1 * i)
+    (first / "verdict.md").write_text("pre-registered\n")
+    assert verdict.main([str(first), str(rerun)]) == 0
+    assert (first / "verdict.md").read_text() == "pre-registered\n"
+    text = (rerun / "verdict.md").read_text()
+    assert text.startswith("Post hoc: rerun's parametrizations replace first's.")
+    lines = text.splitlines()
+    assert "holds across widths: reproduced." in claim(lines, "µP's optimum holds across widths")
+    assert "falls with width: reproduced." in claim(lines, "SP's optimum falls with width")
+    assert "| mup | w64 | 0.008 | 1.000 ± 0.001 | 1.005 ± 0.007 | yes |" in lines  # the re-run's runs
+    assert (rerun / "lr_curves.png").exists()
