@@ -168,6 +168,24 @@ def equivalence(c: Comparison, worse: Side = "above") -> Verdict:
     return Verdict(INCONCLUSIVE, f"not equivalent within ±{c.margin:g}, not worse")
 
 
+def within_margin(c: Comparison) -> Verdict:
+    """Matches, judged on both sides alike: reproduced when equivalent within the comparison's margin (TOST), not
+    reproduced when the 95% CI lies wholly beyond it on either side, inconclusive otherwise."""
+    if c.equivalent:
+        return Verdict(REPRODUCED, f"equivalent within ±{c.margin:g} (TOST p = {p_text(c.equivalence_p)})")
+    if c.ci_low > c.margin or c.ci_high < -c.margin:
+        return Verdict(NOT_REPRODUCED, f"the 95% CI lies beyond ±{c.margin:g}")
+    return Verdict(INCONCLUSIVE, f"the 95% CI holds ±{c.margin:g} or 0")
+
+
+def direction_not_level(c: Comparison, expected: Side) -> Verdict:
+    """`direction`, where a difference equivalent to 0 within the comparison's margin (TOST) also refutes: the
+    claim is of an effect, and a level pair shows there is none worth the margin."""
+    if side(c) != expected and c.equivalent:
+        return Verdict(NOT_REPRODUCED, f"equivalent to 0 within ±{c.margin:g} (TOST p = {p_text(c.equivalence_p)})")
+    return direction(c, expected)
+
+
 def noninferior(c: Comparison, margin: float, worse: Side = "above") -> Verdict:
     """A cost of at most `margin`: reproduced when the 95% CI stays short of the margin on the `worse` side, not
     reproduced when it lies wholly beyond it, inconclusive when it holds the margin."""

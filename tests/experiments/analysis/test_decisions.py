@@ -80,6 +80,22 @@ def test_equivalence_is_tost_first_then_the_worse_side(sweep):
     assert rules.graded(between(sweep, "noisy", "base", 0.02)) == "inconclusive"
 
 
+def test_within_margin_judges_both_sides_alike(sweep):
+    """A match either way: equivalent is reproduced; a CI wholly beyond the margin, better or worse, is not."""
+    assert rules.within_margin(between(sweep, "level", "base", 0.02)).label == rules.REPRODUCED
+    assert rules.within_margin(between(sweep, "better", "base", 0.02)).label == rules.NOT_REPRODUCED  # −0.2
+    assert rules.within_margin(between(sweep, "base", "better", 0.02)).label == rules.NOT_REPRODUCED  # +0.2
+    assert rules.within_margin(between(sweep, "noisy", "base", 0.02)).label == rules.INCONCLUSIVE
+
+
+def test_direction_not_level_counts_a_level_pair_against_the_effect(sweep):
+    assert rules.direction_not_level(between(sweep, "better", "base", 0.02), "below").label == rules.REPRODUCED
+    level = rules.direction_not_level(between(sweep, "level", "base", 0.02), "below")
+    assert level.label == rules.NOT_REPRODUCED and level.reason.startswith("equivalent to 0 within ±0.02")
+    assert rules.direction_not_level(between(sweep, "base", "better", 0.02), "below").label == rules.NOT_REPRODUCED
+    assert rules.direction_not_level(between(sweep, "noisy", "base", 0.02), "below").label == rules.INCONCLUSIVE
+
+
 def test_noninferiority_reads_the_ci_against_the_margin(sweep):
     """ "Costs at most 0.02": a CI below +0.02 is reproduced, one wholly above it not, one holding it inconclusive."""
     assert rules.noninferior(between(sweep, "level", "base"), 0.02).label == rules.REPRODUCED

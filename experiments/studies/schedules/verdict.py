@@ -1,0 +1,160 @@
+"""Study 21's verdicts, derived from its two ledgers by the rules `wsd_horizons.yaml` states before any run: at each
+horizon, WSD with a 1-sqrt cooldown against cosine (a match within ±0.02 nats), 1-sqrt against a linear cooldown,
+and a constant-rate run's uniform weight average (`test_avg/loss`) against its trained weights and against the
+1-sqrt cooldown, on test/loss paired by seed (the final seeds of both sweeps are the same seeds: the same data
+order and initialisation). A comparison touching a cell whose search ended unbracketed, or one that never left the
+unigram loss, is inconclusive by rule (`analysis.decisions`). `verdict.md` also tables each (cell, horizon)'s chosen
+rate and test loss; beside it, `budget.png` (test loss against training steps, a line per schedule).
+
+    python -m experiments.studies.schedules.verdict experiments/studies/schedules/results/wsd_horizons \\
+        experiments/studies/schedules/results/cosine_horizons
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from pathlib import Path
+
+import numpy as np
+
+from experiments.analysis import decisions as rules
+from experiments.analysis.stats import Comparison, paired_difference
+from experiments.analysis.sweep_results import SweepResults, load
+from experiments.studies import table_script
+
+METRIC, AVERAGED = "test/loss", "test_avg/loss"
+MARGIN = 0.02  # nats, the spec's equivalence margin
+UNIGRAM = 3.35  # character-level Tiny Shakespeare's unigram loss: a cell not below it never left its floor
+ONE_SQRT, LINEAR, CONSTANT, COSINE = "wsd-1sqrt", "wsd-linear", "constant-avg", "cosine"
+
+
+class Study:
+    """The four schedules at each horizon: (schedule, horizon) -> (its sweep, its cell's name there)."""
+
+    def __init__(self, wsd: SweepResults, cosine: SweepResults):
+        self.horizons = list(wsd.info["horizons"]["steps"])
+        where = {tuple(pair): (wsd, name) for name, pair in wsd.info["horizons"]["cells"].items()}
+        for cell in cosine.info["cells"]:
+            where[(COSINE, cell["overrides"]["trainer.max_steps"])] = (cosine, cell["name"])
+        self.where = where
+
+    def values(self, schedule: str, horizon: int, metric: str = METRIC) -> dict[int, float]:
+        sweep, name = self.where[(schedule, horizon)]
+        found = sweep.cells.get(name)
+        return found.values(metric) if found else {}
+
+    def chosen(self, schedule: str, horizon: int) -> float | None:
+        sweep, name = self.where[(schedule, horizon)]
+        point = sweep.chosen(name)
+        return point[0] if point else None
+
+    def missing(self) -> list[str]:
+        return [f"{s} at {h}" for (s, h) in self.where if not self.values(s, h)]
+
+    def guards(self, horizon: int, *schedules: str) -> list[rules.Guard | None]:
+        """The bracketing and floor guards of a comparison at `horizon` touching `schedules`."""
+        out = []
+        for schedule in schedules:
+            sweep, name = self.where[(schedule, horizon)]
+            out.append(rules.bracketing(sweep.unbracketed(), [name]))
+            out.append(rules.floor(self.values(schedule, horizon), UNIGRAM, False, f"{schedule} at {horizon}"))
+        return out
+
+    def between(self, a: str, b: str, horizon: int, metric_a: str = METRIC) -> Comparison:
+        return paired_difference(self.values(a, horizon, metric_a), self.values(b, horizon), MARGIN)
+
+
+def averaging_closes_part(gain: Comparison, gap: Comparison) -> rules.Verdict:
+    """Claim (c) at one horizon: the average beats the trained weights (gain's CI below 0) and stays behind the
+    cooldown (gap's CI above 0)."""
+    if rules.side(gain) == "below" and rules.side(gap) == "above":
+        return rules.Verdict(rules.REPRODUCED, "better than its trained weights, behind the cooldown")
+    if rules.side(gain) == "above" or rules.side(gap) == "below":
+        return rules.Verdict(rules.NOT_REPRODUCED, "no gain from averaging, or averaging beats the cooldown")
+    return rules.Verdict(rules.INCONCLUSIVE, "a 95% CI holds 0")
+
+
+def claims(study: Study) -> list[tuple[str, list[rules.Verdict], list[str]]]:
+    """Each claim with its per-horizon verdicts and the differences behind them."""
+    out = []
+    matches = [(study.between(ONE_SQRT, COSINE, h), h) for h in study.horizons]
+    out.append(("WSD with a 20% 1-sqrt cooldown matches cosine",
+                [rules.decide(rules.within_margin(c), *study.guards(h, ONE_SQRT, COSINE)) for c, h in matches],
+                [f"{h}: 1-sqrt − cosine {rules.interval(c, tost=True)}" for c, h in matches]))  # fmt: skip
+    shapes = [(study.between(ONE_SQRT, LINEAR, h), h) for h in study.horizons]
+    out.append(("1-sqrt beats a linear cooldown",
+                [rules.decide(rules.direction_not_level(c, "below"), *study.guards(h, ONE_SQRT, LINEAR))
+                 for c, h in shapes],
+                [f"{h}: 1-sqrt − linear {rules.interval(c, tost=True)}" for c, h in shapes]))  # fmt: skip
+    averaged, texts = [], []
+    for h in study.horizons:
+        gain = paired_difference(study.values(CONSTANT, h, AVERAGED), study.values(CONSTANT, h))
+        gap = study.between(CONSTANT, ONE_SQRT, h, AVERAGED)
+        averaged.append(rules.decide(averaging_closes_part(gain, gap), *study.guards(h, CONSTANT, ONE_SQRT)))
+        texts.append(f"{h}: average − trained {rules.interval(gain)}; average − 1-sqrt {rules.interval(gap)}")
+    out.append(("Averaging without a cooldown closes part of the gap to one", averaged, texts))
+    return out
+
+
+def verdicts(wsd_dir: Path, cosine_dir: Path) -> list[str]:
+    study = Study(load(wsd_dir), load(cosine_dir))
+    if study.missing():
+        return [f"- no final runs yet for {', '.join(study.missing())}: no verdict"]
+    lines = []
+    for wording, per_horizon, texts in claims(study):
+        verdict = rules.combine(per_horizon)
+        lines.append(f"- **{wording}: {verdict}.**{rules.why(verdict)} " + "; ".join(
+            f"{text} ({v})" for text, v in zip(texts, per_horizon, strict=True)) + ".")  # fmt: skip
+    return [*lines, "", *table(study)]
+
+
+def table(study: Study) -> list[str]:
+    rows = ["| schedule | " + " | ".join(f"{h} steps: lr, test/loss" for h in study.horizons) + " |",
+            "|---|" + "---|" * len(study.horizons)]  # fmt: skip
+    cell: Callable[[str, int, str], str] = lambda s, h, m: (  # noqa: E731
+        f"{study.chosen(s, h):g}, {table_script.mean_std(list(study.values(s, h, m).values()))}"
+    )
+    for schedule in (COSINE, ONE_SQRT, LINEAR, CONSTANT):
+        rows.append(f"| {schedule} | " + " | ".join(cell(schedule, h, METRIC) for h in study.horizons) + " |")
+    rows.append(f"| {CONSTANT}, averaged | " + " | ".join(cell(CONSTANT, h, AVERAGED) for h in study.horizons) + " |")
+    return rows
+
+
+def plot(study: Study, out: Path) -> Path:
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, ax = plt.subplots(figsize=(6, 4))
+    lines = [(s, s, METRIC) for s in (COSINE, ONE_SQRT, LINEAR, CONSTANT)] + [
+        (f"{CONSTANT}, averaged", CONSTANT, AVERAGED)]  # fmt: skip
+    for label, schedule, metric in lines:
+        means = [np.mean(list(study.values(schedule, h, metric).values())) for h in study.horizons]
+        ax.plot(study.horizons, means, marker="o", label=label)
+    ax.set(xscale="log", xlabel="training steps (each schedule at its own tuned peak rate)", ylabel=METRIC)
+    ax.set_xticks(study.horizons, [str(h) for h in study.horizons])
+    ax.legend()
+    fig.tight_layout()
+    fig.savefig(out, dpi=120)
+    plt.close(fig)
+    return out
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("wsd_dir", type=Path, help="wsd_horizons' folder (verdict.md and budget.png go here)")
+    parser.add_argument("cosine_dir", type=Path, help="cosine_horizons' folder")
+    args = parser.parse_args(argv)
+    found = verdicts(args.wsd_dir, args.cosine_dir)
+    if found[0].startswith("- **"):
+        plot(Study(load(args.wsd_dir), load(args.cosine_dir)), args.wsd_dir / "budget.png")
+    text = "\n".join(found) + "\n"
+    (args.wsd_dir / "verdict.md").write_text(text)
+    print(text)
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
