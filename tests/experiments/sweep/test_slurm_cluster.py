@@ -132,3 +132,42 @@ def test_a_two_task_ddp_run_under_sbatch_equals_one_process(tmp_path, tiny_spec,
     reference = _reference(tmp_path, tiny_spec, CPU, cell, capsys)
     for metric in ("val/loss", "val/loss@16", "val/loss@32", "train/loss"):
         assert float(row[metric]) == pytest.approx(float(reference[metric]), rel=1e-4), metric
+
+
+REQUEUED_STEPS = 600  # ~70 s of training here: 1-minute jobs, each warned 15-45 s in, need 2-4 requeues
+
+
+def test_a_run_longer_than_its_time_limit_is_requeued_until_it_ends_as_uninterrupted(tmp_path, tiny_spec, capsys):
+    """Jobs of 1 minute, warned 15 s before the limit by default (this SLURM sends it up to ~30 s earlier still); a
+    requeued job waits `cred_expire` (10 s in scripts/local_slurm.sh) before it starts again."""
+    longer = CPU | {"trainer.max_steps": REQUEUED_STEPS, "trainer.val_check_interval": 200}
+    cell = {"model.arch.norm": "rmsnorm"}
+    launcher = {"timeout_min": 1, "slurm_max_num_timeout": 20}  # room for a slow machine's many short jobs
+    spec = tiny_spec(tmp_path / "spec.yaml", longer, cells=[cell], launcher=launcher, checkpoint_every=100)
+    out = tmp_path / "out"
+    args = [str(spec), "--out", str(out), "--launcher", "slurm"]
+    assert sweep.main(args) == 0
+    job = _job_of(capsys.readouterr().out)
+    run_dir = out / "norm=rmsnorm" / "seed0"
+    end = time.monotonic() + 300
+    while "time limit" not in ((run_dir / "run.log").read_text() if (run_dir / "run.log").exists() else ""):
+        assert time.monotonic() < end and _queued(job), "the job ended without a warning"
+        time.sleep(1)
+    # meanwhile a sweep sees the run queued in its requeued job: it neither records nor submits it again
+    assert sweep.main(args) == 0
+    captured = capsys.readouterr()
+    assert f"queued as SLURM job {job}" in captured.err and "0 submitted now" in captured.out, captured
+    _wait(job, timeout_s=1200)
+    assert sweep.main(args) == 0
+    capsys.readouterr()
+    row = _only_row(out)  # one row: the run, recorded once
+    assert row["steps"] == str(REQUEUED_STEPS)
+    log = (run_dir / "run.log").read_text()
+    print(f"requeued {log.count('time limit: SLURM job')} time(s)")
+    assert log.count("time limit: SLURM job") == log.count("resume:") >= 1
+    reference = tiny_spec(tmp_path / "reference.yaml", longer, cells=[cell], checkpoint_every=100)
+    assert sweep.main([str(reference), "--out", str(tmp_path / "reference"), "--jobs", "1"]) == 0
+    capsys.readouterr()
+    uninterrupted = _only_row(tmp_path / "reference")
+    for metric in ("val/loss", "val/loss@16", "train/loss"):
+        assert row[metric] == uninterrupted[metric], metric  # the same numbers: resumed where it stopped
