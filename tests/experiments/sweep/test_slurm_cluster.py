@@ -4,6 +4,7 @@ starts it). Skipped, with the reason, where no controller answers. The fake-`sba
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
@@ -134,16 +135,26 @@ def test_a_two_task_ddp_run_under_sbatch_equals_one_process(tmp_path, tiny_spec,
         assert float(row[metric]) == pytest.approx(float(reference[metric]), rel=1e-4), metric
 
 
-REQUEUED_STEPS = 600  # ~70 s of training here: 1-minute jobs, each warned 15-45 s in, need 2-4 requeues
+def _steps_per_second(tmp_path, tiny_spec, fixed, cell, capsys, steps: int = 1000) -> float:
+    """This machine's training speed now (it varies tenfold with the load), from a short run's own clock."""
+    more = fixed | {"trainer.max_steps": steps, "trainer.val_check_interval": steps}
+    spec = tiny_spec(tmp_path / "calibrate.yaml", more, cells=[cell], checkpoint_every=steps)
+    assert sweep.main([str(spec), "--out", str(tmp_path / "calibrate"), "--jobs", "1"]) == 0
+    capsys.readouterr()
+    log = next((tmp_path / "calibrate").glob("*/seed0/run.log")).read_text()
+    minutes, seconds = re.findall(r"done: step \d+/\d+\s+elapsed (\d+)m(\d+)s", log)[-1]
+    return steps / max(1, 60 * int(minutes) + int(seconds))
 
 
 def test_a_run_longer_than_its_time_limit_is_requeued_until_it_ends_as_uninterrupted(tmp_path, tiny_spec, capsys):
-    """Jobs of 1 minute, warned 15 s before the limit by default (this SLURM sends it up to ~30 s earlier still); a
-    requeued job waits `cred_expire` (10 s in scripts/local_slurm.sh) before it starts again."""
-    longer = CPU | {"trainer.max_steps": REQUEUED_STEPS, "trainer.val_check_interval": 200}
+    """Jobs of 1 minute, warned 15 s before the limit by default (this SLURM sends it up to ~30 s earlier still: each
+    job trains ~5-35 s); a requeued job waits `cred_expire` (10 s in scripts/local_slurm.sh) before it starts again.
+    The run is ~2 minutes of training at this machine's speed now, so it needs several jobs however fast it is."""
     cell = {"model.arch.norm": "rmsnorm"}
+    steps = max(600, round(120 * _steps_per_second(tmp_path, tiny_spec, CPU, cell, capsys)))
+    longer = CPU | {"trainer.max_steps": steps, "trainer.val_check_interval": steps // 3}
     launcher = {"timeout_min": 1, "slurm_max_num_timeout": 20}  # room for a slow machine's many short jobs
-    spec = tiny_spec(tmp_path / "spec.yaml", longer, cells=[cell], launcher=launcher, checkpoint_every=100)
+    spec = tiny_spec(tmp_path / "spec.yaml", longer, cells=[cell], launcher=launcher, checkpoint_every=steps // 10)
     out = tmp_path / "out"
     args = [str(spec), "--out", str(out), "--launcher", "slurm"]
     assert sweep.main(args) == 0
@@ -161,11 +172,11 @@ def test_a_run_longer_than_its_time_limit_is_requeued_until_it_ends_as_uninterru
     assert sweep.main(args) == 0
     capsys.readouterr()
     row = _only_row(out)  # one row: the run, recorded once
-    assert row["steps"] == str(REQUEUED_STEPS)
+    assert row["steps"] == str(steps)
     log = (run_dir / "run.log").read_text()
-    print(f"requeued {log.count('time limit: SLURM job')} time(s)")
+    print(f"{steps} steps, requeued {log.count('time limit: SLURM job')} time(s)")
     assert log.count("time limit: SLURM job") == log.count("resume:") >= 1
-    reference = tiny_spec(tmp_path / "reference.yaml", longer, cells=[cell], checkpoint_every=100)
+    reference = tiny_spec(tmp_path / "reference.yaml", longer, cells=[cell], checkpoint_every=steps // 10)
     assert sweep.main([str(reference), "--out", str(tmp_path / "reference"), "--jobs", "1"]) == 0
     capsys.readouterr()
     uninterrupted = _only_row(tmp_path / "reference")
