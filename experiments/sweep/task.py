@@ -99,7 +99,7 @@ def leave_requeued(run: Run) -> None:
     marker = {"job": job, "folder": os.environ.get("SUBMITIT_FOLDER", ""), "submitted": stamp, "requeued": True}
     write_json_atomic(run.dir / SUBMITTED_NAME, marker)
     with (run.dir / RUN_LOG).open("a") as log:
-        log.write(f"\n=== {stamp} time limit: SLURM job {job} warned; stopped after saving last.ckpt, to requeue\n")
+        log.write(f"\n=== {stamp} time limit: SLURM job {job} warned; the run stopped at its checkpoint, to resume\n")
 
 
 def _verdict(run: Run, status: str, note: str = "") -> None:
@@ -131,9 +131,12 @@ def lead(run: Run, job: str | None, procs: Processes) -> int:
             result = attempt(run, action, echo=False, procs=procs)
         except KeyboardInterrupt as stop:
             procs.stop()  # before the claim goes: no one may start the run while it still trains
-            if isinstance(stop, TimeLimitWarning):
+            if not isinstance(stop, TimeLimitWarning):
+                raise
+            result = finished_outcome(run)  # a warning as the run ended: nothing to requeue
+            if result is None or result.status not in FINISHED:
                 leave_requeued(run)
-            raise
+                raise
         if result.status not in FINISHED:
             write_outcome(run, result)
     _verdict(run, result.status, result.error)
