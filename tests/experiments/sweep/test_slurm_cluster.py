@@ -152,9 +152,9 @@ def _steps_per_second(tmp_path, tiny_spec, fixed, cell, capsys, steps: int = 100
 def test_a_run_longer_than_its_time_limit_is_requeued_until_it_ends_as_uninterrupted(tmp_path, tiny_spec, capsys):
     """Jobs of 1 minute, warned 15 s before the limit by default (this SLURM sends it up to ~30 s earlier still: each
     job trains ~5-35 s); a requeued job waits `cred_expire` (10 s in scripts/local_slurm.sh) before it starts again.
-    The run is ~1 minute of training at this machine's speed now: it needs several jobs however fast it is."""
+    The run is ~90 s of training at this speed (a job trains 45 s at most): it needs several jobs however fast."""
     cell = {"model.arch.norm": "rmsnorm"}
-    steps = max(600, round(60 * _steps_per_second(tmp_path, tiny_spec, CPU, cell, capsys)))
+    steps = max(600, round(90 * _steps_per_second(tmp_path, tiny_spec, CPU, cell, capsys)))
     longer = CPU | {"trainer.max_steps": steps, "trainer.val_check_interval": steps // 3}
     launcher = {"timeout_min": 1, "slurm_max_num_timeout": 20}  # room for a slow machine's many short jobs
     spec = tiny_spec(tmp_path / "spec.yaml", longer, cells=[cell], launcher=launcher, checkpoint_every=steps // 10)
