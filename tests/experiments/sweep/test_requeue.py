@@ -75,8 +75,8 @@ def test_the_warning_and_the_requeues_in_the_job_parameters():
     assert chosen["slurm_signal_delay_s"] == 40 and chosen["slurm_max_num_timeout"] == 3
 
 
-STEPS = 300
-LONG = {"trainer.accelerator": "cpu", "trainer.max_steps": STEPS, "trainer.val_check_interval": 100}
+STEPS = 2000  # ~15 s on one thread: the warning comes while it trains
+LONG = {"trainer.accelerator": "cpu", "trainer.max_steps": STEPS, "trainer.val_check_interval": STEPS // 4}
 
 
 def _task(run_json: str, env: dict[str, str]) -> subprocess.Popen:
@@ -101,17 +101,17 @@ def test_a_warned_task_saves_its_run_leaves_it_queued_and_the_requeued_job_ends_
 ):
     # checkpoint_every = the steps: the only checkpoint before the end is the one the warning saves
     spec = tiny_spec(tmp_path / "spec.yaml", LONG, cells=[{"model.arch.norm": "rmsnorm"}], checkpoint_every=STEPS)
-    (run,) = plan_sweep(spec, tmp_path / "out", launcher="slurm").runs()
+    (run,) = plan_sweep(spec, tmp_path / "out", launcher="slurm", threads=1).runs()
     job = {"SUBMITIT_EXECUTOR": "slurm", "SLURM_JOB_ID": "77", "SUBMITIT_FOLDER": str(tmp_path / "_submitit")}
     task = _task(run.to_json(), job)
     end = time.monotonic() + 120
     while read_run_record(run.dir) is None:  # written at fit start, once Lightning's handlers are set
         assert task.poll() is None and time.monotonic() < end, "the run did not start"
         time.sleep(0.2)
-    time.sleep(2)
+    time.sleep(1)
     os.killpg(task.pid, signal.SIGUSR2)
     out, _ = task.communicate(timeout=120)
-    assert task.returncode == INTERRUPTED
+    assert task.returncode == INTERRUPTED, out  # (0: the run ended before the warning)
     assert json.loads(out.splitlines()[-1])["status"] == "interrupted"
     assert checkpoint_ok(run), "no checkpoint saved on the warning"
     saved = torch.load(run.checkpoint, map_location="cpu", weights_only=False)["global_step"]
@@ -129,7 +129,7 @@ def test_a_warned_task_saves_its_run_leaves_it_queued_and_the_requeued_job_ends_
 
     reference_spec = tiny_spec(tmp_path / "reference.yaml", LONG, cells=[{"model.arch.norm": "rmsnorm"}],
                                checkpoint_every=STEPS)  # fmt: skip
-    (reference,) = plan_sweep(reference_spec, tmp_path / "reference", launcher="slurm").runs()
+    (reference,) = plan_sweep(reference_spec, tmp_path / "reference", launcher="slurm", threads=1).runs()
     assert _task(reference.to_json(), {}).wait(timeout=300) == 0
     ours, theirs = _weights(run.dir), _weights(reference.dir)
     assert ours.keys() == theirs.keys() and all(torch.equal(ours[k], theirs[k]) for k in ours)
