@@ -177,7 +177,8 @@ def test_a_run_longer_than_its_time_limit_is_requeued_until_it_ends_as_uninterru
     row = _only_row(out)  # one row: the run, recorded once
     assert row["steps"] == str(steps)
     log = (run_dir / "run.log").read_text()
-    print(f"{steps} steps, requeued {log.count('time limit: SLURM job')} time(s)")
+    with capsys.disabled():  # (pytest -s shows it)
+        print(f"\n{steps} steps, requeued {log.count('time limit: SLURM job')} time(s)")
     assert log.count("time limit: SLURM job") >= 1 and log.count("resume:") >= 1
     reference = tiny_spec(tmp_path / "reference.yaml", longer, cells=[cell], checkpoint_every=steps // 10)
     assert sweep.main([str(reference), "--out", str(tmp_path / "reference"), *ONE_THREAD]) == 0
