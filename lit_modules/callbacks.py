@@ -1,10 +1,13 @@
-"""Callbacks every run uses: run metadata for reproducibility, and divergence as an outcome."""
+"""Callbacks every run uses: run metadata for reproducibility, divergence as an outcome, and (a sweep's runs)
+a checkpoint where a stopped run stops."""
 
 from __future__ import annotations
 
 import math
 import os
 import platform
+import signal
+import threading
 import warnings
 from dataclasses import replace
 from importlib import metadata
@@ -13,10 +16,12 @@ from typing import Any
 
 import lightning.pytorch as pl
 import torch
+from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
+from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from contract.git import git_commit
 from contract.metrics import AVERAGED_SUFFIX
-from contract.run_folder import DIVERGED, DONE, RUNNING, SWEEP_DIR_VAR, TEST_STAGE
+from contract.run_folder import DIVERGED, DONE, LAST_CHECKPOINT, RUNNING, SWEEP_DIR_VAR, TEST_STAGE
 from contract.run_record import RunRecord, TestRecord, read_run_record
 from models.plugins import ACTIVE
 
@@ -139,6 +144,60 @@ class DivergenceGuard(pl.Callback):
             return
         trainer.should_stop = True
         mark_run(trainer, status=DIVERGED, diverged_at_step=trainer.global_step, diverged_loss=value)
+
+
+class SaveWhenStopped(Checkpoint):
+    """A sweep's run told to stop (SIGTERM: the sweep interrupted, its job cancelled; SIGUSR2: its SLURM job warned
+    of its time limit, a signal submitit has SLURM send to every process of the job) saves `last.ckpt` at the end
+    of the training step in progress, or of the next one, and stops there, so its resumption loses nothing.
+
+    It saves in `on_train_batch_end`, where ModelCheckpoint saves every `checkpoint_every` steps, and, being a
+    `Checkpoint`, after every other callback (Lightning runs those last): the state a periodic save holds, which
+    resumes exactly. Its own handler takes both signals from `setup` on (Lightning's SIGTERM handler comes later,
+    and stops a validation in the middle, unsaved), so a signal in a validation, or before training, stops the run
+    after the next step. A run of several processes keeps Lightning's handling and its periodic checkpoint: its
+    processes may see the signal at different steps, and a save is a collective.
+    """
+
+    SIGNALS = (signal.SIGTERM, signal.SIGUSR2)
+
+    def __init__(self) -> None:
+        self.stopping = False
+        self._previous: dict[int, Any] = {}
+
+    def _take_signals(self) -> None:
+        if threading.current_thread() is threading.main_thread():
+            for sig in self.SIGNALS:
+                previous = signal.signal(sig, self._stop)
+                self._previous.setdefault(sig, previous)
+
+    def _stop(self, signum: int, frame: Any) -> None:
+        self.stopping = True
+
+    def setup(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        if stage == "fit" and trainer.world_size == 1:
+            self._take_signals()
+
+    def on_train_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if self._previous:  # again: Lightning set its SIGTERM handler meanwhile
+            self._take_signals()
+
+    def teardown(self, trainer: pl.Trainer, pl_module: pl.LightningModule, stage: str) -> None:
+        for sig, previous in self._previous.items():
+            signal.signal(sig, previous)
+        self._previous = {}
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if not self.stopping:
+            return
+        for callback in trainer.checkpoint_callbacks:  # the sweep's: save_last into the run's checkpoints/
+            if isinstance(callback, ModelCheckpoint) and callback.save_last and callback.dirpath:
+                path = str(Path(callback.dirpath) / LAST_CHECKPOINT)
+                # as its own save would: resumed, it overwrites a last.ckpt it saved, but versions another's (-v1)
+                callback.last_model_path = path
+                trainer.save_checkpoint(path)
+                break
+        raise SIGTERMException  # as Lightning stops a run on SIGTERM
 
 
 def mark_run(trainer: pl.Trainer, **fields) -> None:

@@ -24,7 +24,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from contract.disk import disk_full
 from contract.run_folder import SWEEP_DIR_VAR
 from lit_modules.averaging import WeightAverage
-from lit_modules.callbacks import DivergenceGuard, RunMetadata
+from lit_modules.callbacks import DivergenceGuard, RunMetadata, SaveWhenStopped
 from lit_modules.config_messages import (
     INSTANTIATION_ERRORS,
     as_config_error,
@@ -196,6 +196,8 @@ class SuiteCLI(LightningCLI):
         bar_on = config.get("enable_progress_bar") is not False and not config.get("barebones")
         if bar_on and wants_lines() and not any(isinstance(c, ProgressBar) for c in listed):
             callbacks = [*callbacks, LineProgress()]
+        if in_sweep():  # the sweep resumes a stopped run from last.ckpt: save it where the run stops
+            callbacks = [*callbacks, SaveWhenStopped()]
         return super()._instantiate_trainer(config, callbacks)
 
 

@@ -38,6 +38,8 @@ ClusterName=local
 SlurmctldHost=$HOST
 SlurmUser=root
 AuthType=auth/munge
+# a requeued job waits cred_expire seconds before it may start again (default 120): the requeue tests' jobs wait less
+AuthInfo=cred_expire=10
 StateSaveLocation=/var/lib/slurm/slurmctld
 SlurmdSpoolDir=/var/lib/slurm/slurmd
 SlurmctldPidFile=$STATE/slurmctld.pid

@@ -216,13 +216,15 @@ class Claim:
         self.release()
 
 
-def acquire(run_dir: Path, job: str | None = None, attempts: int = 20) -> Claim:
+def acquire(run_dir: Path, job: str | None = None, attempts: int = 20, stale_job: str | None = None) -> Claim:
     """Claims a run, taking over a stale claim.
 
     Args:
         run_dir: `DIR/<cell>/seed<k>` (created if missing).
         job: the scheduler job this process runs in (default: from SLURM_JOB_ID / SUBMITIT_LOCAL_JOB_ID).
         attempts: creations to try while stale claims are being replaced.
+        stale_job: a claim of this job is stale: the job was requeued, and its earlier run, gone, left it (a
+            holder on another host looks alive for `STALE_AFTER_S`).
 
     Raises:
         Claimed: the run is claimed by a live process.
@@ -239,7 +241,7 @@ def acquire(run_dir: Path, job: str | None = None, attempts: int = 20) -> Claim:
             if found is None:  # released meanwhile
                 continue
             raw, holder, age = found
-            if not is_stale(holder, age):
+            if not is_stale(holder, age) and not (stale_job and holder.get("job") == stale_job):
                 raise Claimed(holder) from None
             _remove_stale(path, raw)
             continue

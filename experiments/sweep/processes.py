@@ -128,6 +128,7 @@ def tee(argv: list[str], env: dict[str, str], log: BinaryIO, echo: bool, procs: 
         return -signal.SIGTERM, ""
     procs.add(proc)
     tail = bytearray()
+    stopped_here = False
     try:
         while True:
             try:
@@ -142,9 +143,13 @@ def tee(argv: list[str], env: dict[str, str], log: BinaryIO, echo: bool, procs: 
             tail += chunk
             del tail[:-TAIL_BYTES]
         return proc.wait(), tail.decode(errors="replace")
+    except BaseException:  # interrupted here (a job's task): the caller stops the run (`Processes.stop`)
+        stopped_here = proc.poll() is None
+        raise
     finally:
-        os.close(source)
-        procs.remove(proc)
+        if not stopped_here:  # else the run stays registered, its output open: a write to a closed pipe kills it
+            os.close(source)
+            procs.remove(proc)
 
 
 @contextlib.contextmanager

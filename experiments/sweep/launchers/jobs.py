@@ -1,7 +1,8 @@
 """What the scheduler launchers (`local`, `slurm`) share: the function each job calls, and the runs to submit.
 
 Every job runs `python -m experiments.sweep.task RUN_JSON` in the repository root (through
-`submitit.helpers.CommandFunction`, so the job needs nothing of this package unpickled): the same
+`submitit.helpers.CommandFunction`; a SLURM job's is `experiments.sweep.requeue.TaskCommand`, which it
+unpickles in the repository root, `--chdir`): the same
 `cli.py fit` command, claim and resumption as the pool (`experiments.sweep.task`). Job logs, pickles
 and submission scripts go to `DIR/_submitit/`.
 """
@@ -22,11 +23,20 @@ JOBS_DIR = "_submitit"
 TASK = ["-m", "experiments.sweep.task"]  # after the interpreter: `python -m experiments.sweep.task RUN_JSON`
 
 
-def task_function() -> Any:
-    """What each job calls: the task module, run in the repository root with the sweep's interpreter."""
+def task_function(requeue_wait_s: float | None = None) -> Any:
+    """What each job calls: the task module, run in the repository root with the sweep's interpreter.
+
+    Args:
+        requeue_wait_s: a SLURM job's: requeued at its time limit (`experiments.sweep.requeue`), after waiting
+            this long at most for its task to save and stop; None: not requeued (a local job).
+    """
     import submitit
 
-    return submitit.helpers.CommandFunction([sys.executable, *TASK], cwd=ROOT, verbose=True)
+    if requeue_wait_s is None:
+        return submitit.helpers.CommandFunction([sys.executable, *TASK], cwd=ROOT, verbose=True)
+    from experiments.sweep.requeue import TaskCommand
+
+    return TaskCommand([sys.executable, *TASK], cwd=str(ROOT), wait_s=requeue_wait_s)
 
 
 def pending_runs(runs: list[Run], ledger: Ledger, retry_failed: bool, books: Recorder) -> list[Run]:

@@ -8,11 +8,16 @@ A run of `trainer.devices: N` and `trainer.num_nodes: M` gets a job of M nodes w
 SLURM_* variables in each task), `gpus_per_node: N` with a GPU accelerator, and `cpus_per_task` CPUs
 (each task's threads). The spec's `launcher:` block adds the rest (partition, time, memory, any sbatch
 option).
+
+A run longer than the job's time limit is requeued (`experiments.sweep.requeue`): warned `slurm_signal_delay_s`
+before the limit (default: 90 s, a quarter of a limit under 6 minutes), it saves its checkpoint, and the job is
+requeued, at most `slurm_max_num_timeout` times (default `SLURM_MAX_REQUEUES`), and resumes it.
 """
 
 from __future__ import annotations
 
 import json
+import subprocess
 import time
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -24,13 +29,15 @@ from experiments.sweep.recording import Progress, Recorder
 from experiments.sweep.resources import GPU_ACCELERATORS, RunShape
 from experiments.sweep.runner import SUBMITTED_NAME, plan
 from experiments.sweep.runs import Run
-from experiments.sweep.spec import Spec, SpecError
+from experiments.sweep.spec import ROOT, Spec, SpecError
 from experiments.sweep.spec_blocks import LauncherOptions
 
 if TYPE_CHECKING:  # validate imports Lightning: a scheduler job must not
     from experiments.sweep.validate import CheckedCell
 
 SLURM_TIMEOUT_MIN = 24 * 60  # submitit's own default is 5 minutes; set launcher.timeout_min to the partition's limit
+SLURM_MAX_REQUEUES = 10  # submitit's default is 3: a run of a few time limits would end unfinished
+MAX_SIGNAL_DELAY_S = 90  # submitit's default warning, for limits of 6 minutes and more
 # a job in one of these states will still run its run: do not submit the run again
 QUEUED_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", "RESIZING", "SUSPENDED")
 
@@ -38,6 +45,12 @@ QUEUED_STATES = ("PENDING", "CONFIGURING", "RUNNING", "COMPLETING", "REQUEUED", 
 def slurm_threads(launcher: LauncherOptions, threads: int | None) -> int:
     """Threads of each task of a SLURM run: `--threads`, else the block's `cpus_per_task`, else 1."""
     return threads or launcher.cpus_per_task or 1
+
+
+def signal_delay_s(timeout_min: int) -> int:
+    """The warning before the time limit: submitit's 90 s, or a quarter of a shorter limit (a job of 1 minute is
+    warned 15 s before; SLURM may send it up to ~30 s earlier still, the resolution of its event loop)."""
+    return min(MAX_SIGNAL_DELAY_S, max(10, timeout_min * 60 // 4))
 
 
 def slurm_parameters(launcher: LauncherOptions, shape: RunShape, threads: int, name: str) -> dict[str, Any]:
@@ -85,6 +98,8 @@ def slurm_parameters(launcher: LauncherOptions, shape: RunShape, threads: int, n
     if launcher.mem_gb is not None:
         params["mem_gb"] = launcher.mem_gb
     params |= launcher.slurm()
+    params.setdefault("slurm_signal_delay_s", signal_delay_s(params["timeout_min"]))
+    params.setdefault("slurm_max_num_timeout", SLURM_MAX_REQUEUES)
     _check_slurm_keys(params)
     return params
 
@@ -93,6 +108,7 @@ def _check_slurm_keys(params: dict[str, Any]) -> None:
     import submitit
 
     valid = submitit.SlurmExecutor._valid_parameters()  # the sbatch options submitit can write
+    valid |= {"max_num_timeout"}  # the executor's own, not an sbatch option (`submit_slurm`)
     unknown = [key for key in params if key.startswith("slurm_") and key[len("slurm_") :] not in valid]
     if unknown:
         raise SpecError(
@@ -108,11 +124,25 @@ def job_state(folder: str, job_id: str) -> str:
     return submitit.SlurmJob(folder=folder, job_id=job_id).state
 
 
+def squeue_state(job_id: str) -> str:
+    """A job's state from the controller's queue (which a cluster without accounting still answers): UNKNOWN
+    when it has left the queue, or squeue does not answer."""
+    try:
+        out = subprocess.run(["squeue", "-h", "-j", job_id, "-o", "%T"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired):
+        return "UNKNOWN"
+    states = out.stdout.split() if out.returncode == 0 else []
+    return states[0] if states else "UNKNOWN"
+
+
 def queued_job(run: Run) -> str | None:
-    """The SLURM job the run was submitted to, if that job is still queued or running."""
+    """The SLURM job the run was submitted to (or requeued in), if that job is still queued or running: sacct's
+    state, else squeue's."""
     try:
         marker = json.loads((run.dir / SUBMITTED_NAME).read_text())
         state = job_state(marker["folder"], marker["job"])
+        if state == "UNKNOWN":
+            state = squeue_state(marker["job"])
     except (OSError, ValueError, KeyError, TypeError):
         return None
     return marker["job"] if state.split(" ")[0].upper() in QUEUED_STATES else None
@@ -153,9 +183,15 @@ def submit_slurm(
     folder = out_dir / JOBS_DIR
     submitted = 0
     for key, group in groups.items():
-        executor = submitit.AutoExecutor(folder=folder, cluster="slurm")
-        executor.update_parameters(**json.loads(key))
-        jobs = executor.map_array(task_function(), [run.to_json() for run in group])
+        params = json.loads(key)
+        requeues = params.pop("slurm_max_num_timeout", SLURM_MAX_REQUEUES)
+        executor = submitit.AutoExecutor(folder=folder, cluster="slurm", slurm_max_num_timeout=requeues)
+        # in the repository root, where the job unpickles its command (`experiments.sweep.requeue.TaskCommand`)
+        extra = {"chdir": str(ROOT)} | params.pop("slurm_additional_parameters", {})
+        executor.update_parameters(**params, slurm_additional_parameters=extra)
+        # the requeue waits for the warned task at most until 5 s before the limit
+        wait_s = max(1, params.get("slurm_signal_delay_s", signal_delay_s(params["timeout_min"])) - 5)
+        jobs = executor.map_array(task_function(wait_s), [run.to_json() for run in group])
         stamp = time.strftime("%Y-%m-%d %H:%M:%S")
         for run, job in zip(group, jobs):
             run.dir.mkdir(parents=True, exist_ok=True)

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import pickle
 
 import pytest
 
@@ -102,6 +103,8 @@ def test_slurm_parameters_of_a_multi_node_ddp_run():
         "mem_gb": 64,
         "slurm_partition": "gpu",
         "slurm_additional_parameters": {"qos": "high"},
+        "slurm_signal_delay_s": 90,  # the warning before the limit, to save and requeue (experiments.sweep.requeue)
+        "slurm_max_num_timeout": slurm.SLURM_MAX_REQUEUES,
     }
     cpu = slurm.slurm_parameters(LauncherOptions(cpus_per_task=4), run_shape({"accelerator": "cpu"}), 4, "x")
     assert cpu["nodes"] == cpu["tasks_per_node"] == 1 and "gpus_per_node" not in cpu
@@ -177,6 +180,8 @@ def test_slurm_launcher_submits_a_job_array_and_keeps_the_books(tmp_path, tiny_s
         "--qos=q",
         "--time=240",
         f"--output={out / '_submitit'}/%A_%a_0_log.out",
+        "--signal=USR2@90",
+        f"--chdir={jobs.ROOT}",  # where the job unpickles its command
     ):
         assert f"#SBATCH {option}\n" in sbatch, option
     assert "srun --unbuffered" in sbatch and "-m submitit.core._submit" in sbatch  # one task per node-rank
@@ -184,8 +189,9 @@ def test_slurm_launcher_submits_a_job_array_and_keeps_the_books(tmp_path, tiny_s
         marker = json.loads((out / cell / "seed0" / "submitted.json").read_text())
         assert marker["job"] == f"4242_{index}"
         assert (out / "_submitit" / f"4242_{index}_submitted.pkl").exists()
-    submitted_run = jobs.task_function()
+    submitted_run = pickle.loads((out / "_submitit" / "4242_0_submitted.pkl").read_bytes()).function
     assert submitted_run.command[1:] == jobs.TASK and submitted_run.cwd == str(jobs.ROOT)
+    assert submitted_run.wait_s == 85 and callable(submitted_run.checkpoint)  # requeued at its time limit
 
     # again while the array waits in the queue: nothing is submitted twice
     monkeypatch.setattr(slurm, "job_state", lambda folder, job_id: "PENDING")

@@ -4,6 +4,7 @@ starts it). Skipped, with the reason, where no controller answers. The fake-`sba
 
 from __future__ import annotations
 
+import re
 import shutil
 import subprocess
 import time
@@ -132,3 +133,56 @@ def test_a_two_task_ddp_run_under_sbatch_equals_one_process(tmp_path, tiny_spec,
     reference = _reference(tmp_path, tiny_spec, CPU, cell, capsys)
     for metric in ("val/loss", "val/loss@16", "val/loss@32", "train/loss"):
         assert float(row[metric]) == pytest.approx(float(reference[metric]), rel=1e-4), metric
+
+
+ONE_THREAD = ["--jobs", "1", "--threads", "1"]  # as each job's run (cpus_per_task 1): the same speed and numbers
+
+
+def _steps_per_second(tmp_path, tiny_spec, fixed, cell, capsys, steps: int = 1000) -> float:
+    """This machine's training speed now (it varies tenfold with the load), from a short run's own clock."""
+    more = fixed | {"trainer.max_steps": steps, "trainer.val_check_interval": steps}
+    spec = tiny_spec(tmp_path / "calibrate.yaml", more, cells=[cell], checkpoint_every=steps)
+    assert sweep.main([str(spec), "--out", str(tmp_path / "calibrate"), *ONE_THREAD]) == 0
+    capsys.readouterr()
+    log = next((tmp_path / "calibrate").glob("*/seed0/run.log")).read_text()
+    minutes, seconds = re.findall(r"done: step \d+/\d+\s+elapsed (\d+)m(\d+)s", log)[-1]
+    return steps / max(1, 60 * int(minutes) + int(seconds))
+
+
+def test_a_run_longer_than_its_time_limit_is_requeued_until_it_ends_as_uninterrupted(tmp_path, tiny_spec, capsys):
+    """Jobs of 1 minute, warned 15 s before the limit by default (this SLURM sends it up to ~30 s earlier still: each
+    job trains ~5-35 s); a requeued job waits `cred_expire` (10 s in scripts/local_slurm.sh) before it starts again.
+    The run is ~90 s of training at this speed (a job trains 45 s at most): it needs several jobs however fast."""
+    cell = {"model.arch.norm": "rmsnorm"}
+    steps = max(600, round(90 * _steps_per_second(tmp_path, tiny_spec, CPU, cell, capsys)))
+    longer = CPU | {"trainer.max_steps": steps, "trainer.val_check_interval": steps // 3}
+    launcher = {"timeout_min": 1, "slurm_max_num_timeout": 20}  # room for a slow machine's many short jobs
+    spec = tiny_spec(tmp_path / "spec.yaml", longer, cells=[cell], launcher=launcher, checkpoint_every=steps // 10)
+    out = tmp_path / "out"
+    args = [str(spec), "--out", str(out), "--launcher", "slurm"]
+    assert sweep.main(args) == 0
+    job = _job_of(capsys.readouterr().out)
+    run_dir = out / "norm=rmsnorm" / "seed0"
+    end = time.monotonic() + 300
+    while "time limit" not in ((run_dir / "run.log").read_text() if (run_dir / "run.log").exists() else ""):
+        assert time.monotonic() < end and _queued(job), "the job ended without a warning"
+        time.sleep(1)
+    # meanwhile a sweep sees the run queued in its requeued job: it neither records nor submits it again
+    assert sweep.main(args) == 0
+    captured = capsys.readouterr()
+    assert f"queued as SLURM job {job}" in captured.err and "0 submitted now" in captured.out, captured
+    _wait(job, timeout_s=1200)
+    assert sweep.main(args) == 0
+    capsys.readouterr()
+    row = _only_row(out)  # one row: the run, recorded once
+    assert row["steps"] == str(steps)
+    log = (run_dir / "run.log").read_text()
+    with capsys.disabled():  # (pytest -s shows it)
+        print(f"\n{steps} steps, requeued {log.count('time limit: SLURM job')} time(s)")
+    assert log.count("time limit: SLURM job") >= 1 and log.count("resume:") >= 1
+    reference = tiny_spec(tmp_path / "reference.yaml", longer, cells=[cell], checkpoint_every=steps // 10)
+    assert sweep.main([str(reference), "--out", str(tmp_path / "reference"), *ONE_THREAD]) == 0
+    capsys.readouterr()
+    uninterrupted = _only_row(tmp_path / "reference")
+    for metric in ("val/loss", "val/loss@16", "train/loss"):
+        assert row[metric] == uninterrupted[metric], metric  # the same numbers: resumed where it stopped
