@@ -1,0 +1,91 @@
+"""Study 22's verdicts, derived from its ledger by the rules `norm_placement_budget.yaml` states before any run:
+Pre-LN's warmup gain g(h) = pre-warmup0 − pre-warmup200 and Post-LN's deficit d(h) = post-warmup200 −
+pre-warmup200 on test/loss at each horizon h, paired by seed; "shrinks" compares the shortest horizon's with the
+longest's seed by seed (g(800) − g(12,800): a difference of paired differences), "needs no warmup" is g at the
+longest horizon equivalent to 0 within ±0.03. A comparison touching a cell whose search ended unbracketed, or one
+that never left the unigram loss, is inconclusive by rule (`analysis.decisions`). `budget_verdict.md` also tables
+each (cell, horizon)'s chosen rate and test loss.
+
+    python -m experiments.studies.norm_placement.budget_verdict \\
+        experiments/studies/norm_placement/results/norm_placement_budget
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from experiments.analysis import decisions as rules
+from experiments.analysis.stats import paired_difference
+from experiments.analysis.sweep_results import SweepResults, load
+from experiments.studies import table_script
+
+METRIC, MARGIN, UNIGRAM = "test/loss", 0.03, 3.35
+NO_WARMUP, WARMUP, POST = "pre-warmup0", "pre-warmup200", "post-warmup200"
+
+
+class Study:
+    def __init__(self, results: SweepResults):
+        self.results = results
+        self.horizons = list(results.info["horizons"]["steps"])
+        self.names = {tuple(pair): name for name, pair in results.info["horizons"]["cells"].items()}
+
+    def values(self, cell: str, horizon: int) -> dict[int, float]:
+        found = self.results.cells.get(self.names[(cell, horizon)])
+        return found.values(METRIC) if found else {}
+
+    def difference(self, a: str, b: str, horizon: int) -> dict[int, float]:
+        """seed -> a − b at `horizon`."""
+        va, vb = self.values(a, horizon), self.values(b, horizon)
+        return {s: va[s] - vb[s] for s in sorted(set(va) & set(vb))}
+
+    def guards(self, cells: tuple[str, ...], horizons: tuple[int, ...]) -> list[rules.Guard | None]:
+        out: list[rules.Guard | None] = []
+        for h in horizons:
+            names = [self.names[(c, h)] for c in cells]
+            out.append(rules.bracketing(self.results.unbracketed(), names))
+            out += [rules.floor(self.values(c, h), UNIGRAM, False, f"{c} at {h}") for c in cells]
+        return out
+
+
+def verdicts(sweep_dir: Path) -> list[str]:
+    study = Study(load(sweep_dir))
+    missing = [f"{c} at {h}" for (c, h) in study.names if not study.values(c, h)]
+    if missing:
+        return [f"- no final runs yet for {', '.join(missing)}: no verdict"]
+    short, long = study.horizons[0], study.horizons[-1]
+    lines = []
+    for wording, a, b in (("Pre-LN's warmup gain shrinks as training lengthens", NO_WARMUP, WARMUP),
+                          ("Post-LN's deficit shrinks as training lengthens", POST, WARMUP)):  # fmt: skip
+        at = {h: study.difference(a, b, h) for h in study.horizons}
+        trend = paired_difference(at[short], at[long], MARGIN)
+        verdict = rules.decide(rules.direction_not_level(trend, "above"), *study.guards((a, b), (short, long)))
+        each = "; ".join(f"{h}: {rules.interval(paired_difference(study.values(a, h), study.values(b, h)))}"
+                         for h in study.horizons)  # fmt: skip
+        lines.append(f"- **{wording}: {verdict}.**{rules.why(verdict)} {a} − {b} by horizon: {each}; at {short} − at "
+                     f"{long}: {rules.interval(trend, tost=True)}.")  # fmt: skip
+    gain = paired_difference(study.values(NO_WARMUP, long), study.values(WARMUP, long), MARGIN)
+    verdict = rules.decide(rules.equivalence(gain), *study.guards((NO_WARMUP, WARMUP), (long,)))
+    lines.append(f"- **Pre-LN needs no warmup at {long:,} steps: {verdict}.**{rules.why(verdict)} {NO_WARMUP} − "
+                 f"{WARMUP}: {rules.interval(gain, tost=True)}.")  # fmt: skip
+    return [*lines, "", *table(study)]
+
+
+def table(study: Study) -> list[str]:
+    rows = ["| cell | " + " | ".join(f"{h:,} steps: lr, test/loss" for h in study.horizons) + " |",
+            "|---|" + "---|" * len(study.horizons)]  # fmt: skip
+    for cell in (NO_WARMUP, WARMUP, POST):
+        entries = []
+        for h in study.horizons:
+            chosen = study.results.chosen(study.names[(cell, h)])
+            lr = f"{chosen[0]:g}" if chosen else "n/a"
+            entries.append(f"{lr}, {table_script.mean_std(list(study.values(cell, h).values()))}")
+        rows.append(f"| {cell} | " + " | ".join(entries) + " |")
+    return rows
+
+
+def main(argv: list[str] | None = None) -> int:
+    return table_script.run_lines(argv, __doc__, verdicts, "budget_verdict.md")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
