@@ -138,6 +138,13 @@ def verdicts(sweep_dir: Path, *post_hoc_dirs: Path) -> list[str]:
     study = Study(load(sweep_dir), *map(load, post_hoc_dirs))
     if study.missing():
         return [f"- {len(study.missing())} (parametrization, size) cell(s) have not chosen a rate yet: no verdict"]
+    if post_hoc_dirs:
+        return [f"Post hoc: {', '.join(p.name for p in post_hoc_dirs)}'s parametrizations replace {sweep_dir.name}'s.",
+                "", *claim_lines(study)]  # fmt: skip
+    return claim_lines(study)
+
+
+def claim_lines(study: Study) -> list[str]:
     axis = next(k for k in CLAIMS if k in study.results.info["ladder"]["sizes"][0]["overrides"])
     lines = []
     for wording, cell, rule in CLAIMS[axis]:
@@ -184,12 +191,9 @@ def plot(study: Study, out: Path) -> Path:
 def main(argv: list[str] | None = None) -> int:
     def lines(sweep_dir: Path, *post_hoc_dirs: Path) -> list[str]:
         found = verdicts(sweep_dir, *post_hoc_dirs)
-        if found[0].startswith("- **"):
+        if any(line.startswith("- **") for line in found):
             out = (post_hoc_dirs or (sweep_dir,))[-1] / "lr_curves.png"
             plot(Study(load(sweep_dir), *map(load, post_hoc_dirs)), out)
-        if post_hoc_dirs:
-            found = [f"Post hoc: {', '.join(p.name for p in post_hoc_dirs)}'s parametrizations replace "
-                     f"{sweep_dir.name}'s.", "", *found]  # fmt: skip
         return found
 
     return table_script.run_lines(argv, __doc__, lines, "verdict.md", post_hoc=True, into_last=True)
