@@ -25,6 +25,11 @@ def _per_bucket(grad: torch.Tensor, T: int, far: int) -> torch.Tensor:
     return torch.cat([grad[:, : T - far].sum(1, keepdim=True), grad[:, T - far :]], 1)
 
 
+def _blocks(monkeypatch, block: int) -> None:
+    monkeypatch.setattr(far_bias, "FORWARD_BLOCK", block)
+    monkeypatch.setattr(far_bias, "BACKWARD_BLOCK", max(1, block // 2))  # different, as by default
+
+
 def _spy(monkeypatch) -> list:
     calls = []
     apply = far_bias.FarBandAttention.apply
@@ -34,12 +39,12 @@ def _spy(monkeypatch) -> list:
 
 @pytest.mark.parametrize(
     "T, far, block",
-    [(9, 4, 4), (40, 7, 7), (40, 7, 16), (45, 20, 8), (12, 11, 32), (300, 113, 32), (257, 113, 128)],
+    [(9, 4, 4), (40, 7, 7), (40, 7, 16), (45, 20, 8), (12, 11, 32), (300, 113, 32), (257, 113, 128), (300, 113, 64)],
 )
 def test_split_equals_sdpa_with_the_dense_mask(monkeypatch, T, far, block):
-    """Outputs and the gradients of q, k, v and the per-distance table, for T a multiple of the band's block or
-    not, a band wider than the block or narrower, one far key (T = far + 1) or many."""
-    monkeypatch.setattr(far_bias, "BAND_BLOCK", block)
+    """Outputs and the gradients of q, k, v and the per-distance table, for T a multiple of the band's blocks or
+    not, a band wider than the blocks or narrower, one far key (T = far + 1) or many."""
+    _blocks(monkeypatch, block)
     calls = _spy(monkeypatch)
     torch.manual_seed(0)
     B, H, hd = 2, 3, 8
@@ -86,7 +91,7 @@ def test_t5s_far_distance_is_its_last_buckets_first():
 @pytest.mark.parametrize("T", [5, 40])
 def test_gpt_equals_the_dense_mask(monkeypatch, n_kv_heads, T):
     """MHA and GQA; T below the far distance (the block path) and above it; T5's table gradient is compared."""
-    monkeypatch.setattr(far_bias, "BAND_BLOCK", 7)
+    _blocks(monkeypatch, 7)
     calls = _spy(monkeypatch)
     ids = torch.randint(0, 50, (3, T))
     fast, dense = _both_paths(
@@ -99,7 +104,7 @@ def test_gpt_equals_the_dense_mask(monkeypatch, n_kv_heads, T):
 
 def test_encoder_decoder_equals_the_dense_mask(monkeypatch):
     """The decoder's causal self-attention splits; the padded bidirectional encoder keeps the block path."""
-    monkeypatch.setattr(far_bias, "BAND_BLOCK", 5)
+    _blocks(monkeypatch, 5)
     calls = _spy(monkeypatch)
     src, tgt = torch.randint(0, 50, (2, 17)), torch.randint(0, 50, (2, 23))
     src_mask = torch.ones(2, 17, dtype=torch.long)
@@ -114,7 +119,7 @@ def test_encoder_decoder_equals_the_dense_mask(monkeypatch):
 def test_kv_cache_decoding_equals_a_full_forward(monkeypatch):
     """The prompt splits; each cached step (an offset) keeps the block path."""
     monkeypatch.setattr(relative_bias, "QUERY_BLOCK", 4)
-    monkeypatch.setattr(far_bias, "BAND_BLOCK", 4)
+    _blocks(monkeypatch, 4)
     calls = _spy(monkeypatch)
     torch.manual_seed(0)
     fast, dense = GPT(_cfg("t5", "blockwise", **SMALL_T5)).eval(), GPT(_cfg("t5", "math", **SMALL_T5)).eval()
