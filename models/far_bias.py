@@ -5,8 +5,9 @@ bucket, so its bias b_far is the same for every such (i, j). Query i then attend
 
 - the far keys j ≤ i − far: SDPA's fused causal kernel on queries far.. over keys ..T − far (query far + r sees
   keys 0..r), with no mask at all; b_far only shifts these scores, so it is added to their log-sum-exp;
-- the band i − far < j ≤ i: far + block − 1 keys per block of queries, with the bucketed bias and causality
-  as a mask (one mask shared by every full block past the first ones).
+- the band i − far < j ≤ i: per block of queries, the keys from far − 1 before it (rounded up to whole blocks)
+  to its last, with the bucketed bias and causality as a mask; the forward runs every block at once (the blocks
+  in SDPA's batch, one (H, block, window) mask), the backward one block at a time.
 
 The two softmaxes are merged by their log-sum-exps, as split-K attention merges chunks. The backward uses the
 merged output and log-sum-exp (FlashAttention's split-K backward): the far part is the fused kernel's own
@@ -16,7 +17,9 @@ gradient is Σ over far pairs of dS, and since each row's dS sums to zero it is 
 The far distances share one number, so their gradient is returned on the farthest distance (column 0): the
 bucket's gradient, the sum over its distances, is the dense path's (tests/models/test_far_bias.py).
 
-At T = 2,048 and far 113 the band is ~12% of the causal scores; the rest runs in the fused kernel.
+At T = 2,048 and far 113 the band is ~15% of the causal scores (113 of each row's ~1,024, in windows of 160
+to 192 keys); the rest runs in the fused kernel. Selected by `bias_backward: blockwise` (the default) wherever
+`splittable` holds; elsewhere the per-block path of `models.relative_bias`.
 """
 
 from __future__ import annotations
@@ -118,8 +121,8 @@ def _merge_far(q: Tensor, k: Tensor, v: Tensor, out: Tensor, lse: Tensor, b_far:
 
 def _band_backward(q, k, v, grad_out, lse, delta, table, far: int, scale: float, want_bias: bool):
     """The band's share of dq, dk, dv and of the table's gradient per distance, one block of queries at a time
-    (a block's (B, H, 32, 160) scores stay in cache; larger steps were slower), with P = exp(s − lse) from the
-    merged lse (no softmax run)."""
+    (a block's (B, H, 32, 160) scores at far 113 stay in cache; larger steps were slower), with P = exp(s − lse)
+    from the merged lse (no softmax run)."""
     H, T = q.shape[1], q.shape[2]
     block = BACKWARD_BLOCK
     pad = _pad(far, block)
@@ -127,11 +130,12 @@ def _band_backward(q, k, v, grad_out, lse, delta, table, far: int, scale: float,
     band = _band_mask(table, T, block, width, pad)  # (H, block, width): a block's rows over its window of keys
     dq, dk, dv = torch.empty_like(q), torch.zeros_like(k), torch.zeros_like(v)
     dsum = torch.zeros(H, block, width, dtype=torch.float32, device=q.device) if want_bias else None
+    q = q * scale  # the scale on (B, H, T, hd) once, not on every block's scores
     for start in range(0, T, block):
         stop, first = min(start + block, T), max(0, start - pad)
         rows, keys = slice(start, stop), slice(first, stop)
         window = (slice(None), slice(0, stop - start), slice(first - start + pad, stop - start + pad))
-        q_b, go_b, delta_b, lse_b = q[..., rows, :] * scale, grad_out[..., rows, :], delta[..., rows, :], lse[..., rows]
+        q_b, go_b, delta_b, lse_b = q[..., rows, :], grad_out[..., rows, :], delta[..., rows, :], lse[..., rows]
         k_b, v_b = k[..., keys, :], v[..., keys, :]
         # exp below e^−87 (masked keys' −inf, scores far under the row's lse) leaves the vector path: 4x slower
         # on x86; such a P is < 1.2e−38, 0 within float rounding of every sum it enters
