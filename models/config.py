@@ -190,7 +190,8 @@ class ArchConfig:
         base_depth: the depth `completep` is relative to (m_L = a stack's depth / base_depth); `None`: n_layers.
         bias_backward: how attention applies a relative score bias (ALiBi, T5): `blockwise` keeps it
             per distance and applies it per block of queries, forward and backward (flex_attention on
-            CUDA; `models.relative_bias`; no (B, H, T, T) tensor); `math` builds the dense mask for
+            CUDA; `models.relative_bias`; no (B, H, T, T) tensor; on CPU causal ALiBi rides inside q·k and
+            causal T5 attends its last bucket's keys unmasked, `models.far_bias`); `math` builds the dense mask for
             SDPA (its math kernel when the bias needs a gradient). Same values and gradients to float
             rounding; with attention dropout in training, `math` is used. (The name predates ALiBi's use.)
     """

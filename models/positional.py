@@ -246,8 +246,14 @@ class T5RelativeBias(_CachedBias):
 
     def __init__(self, cfg: ArchConfig, causal: bool):
         super().__init__(causal)
-        self.num_buckets, self.max_distance = cfg.t5_num_buckets, cfg.t5_max_distance
+        self.num_buckets, self.max_distance = self._sizes = cfg.t5_num_buckets, cfg.t5_max_distance
         self.bias = nn.Embedding(cfg.t5_num_buckets, cfg.n_heads)
+        # causal: the first distance of the last bucket (≤ max_distance, as buckets grow with distance), past which
+        # the bias is one number per head and needs no mask (`models.far_bias`); bidirectional: not split (None)
+        self.far = None
+        if causal:
+            last = self.num_buckets - 1
+            self.far = int((t5_relative_bucket(-torch.arange(self.max_distance + 1), False, *self._sizes) < last).sum())
 
     def score_bias(self, q_len: int, k_len: int, offset: int = 0) -> RelativeBias:
         device = self.bias.weight.device
@@ -260,7 +266,7 @@ class T5RelativeBias(_CachedBias):
         # one bias per distance, not per (i, j): the table's gradient is summed per distance (an
         # embedding's backward over q_len·k_len indices is 10x slower at T = 1,024), and attention
         # never holds the (H, q_len, k_len) Toeplitz matrix (models/relative_bias.py)
-        return RelativeBias(self.bias(buckets).T, q_len, k_len)
+        return RelativeBias(self.bias(buckets).T, q_len, k_len, far=self.far)
 
 
 POSITIONAL: dict[PosEncoding, type[PositionalScheme]] = {

@@ -11,7 +11,9 @@ probability tensor for the backward. Here the bias stays per distance:
   do (torch has no CPU kernel for this: flex_attention's CPU path has no backward, and compiling it per
   shape costs a sweep of short runs again at each evaluation length); ALiBi over causal rows without
   padding skips the blocks: its bias is linear in the key's position, so it rides inside q·k as one more
-  feature and SDPA's own causal kernel runs forward and backward (`_linear_bias_attention`);
+  feature and SDPA's own causal kernel runs forward and backward (`_linear_bias_attention`); T5 over causal
+  rows without padding attends the keys of its last bucket (one constant per head) with no mask and only a
+  band of distances with the bias (`models.far_bias`);
 - on CUDA, `torch.nn.attention.flex_attention` (compiled) with a `score_mod` that reads the per-distance
   table on the fly and a block mask for causality and padding; T5's table trains through the captured
   buffer's gradient.
@@ -47,6 +49,9 @@ class RelativeBias:
     # (H,) when the bias is slopes·(j − i) on every key a causal query sees (ALiBi's): linear in the key's
     # position once the row's constant is dropped, so it can ride inside q·k (`_linear_bias_attention`)
     slopes: Tensor | None = None
+    # every distance j − i ≤ −far has the bias per_distance[:, 0] (T5's last causal bucket): those keys need
+    # no mask (`models.far_bias`); None: no such distance
+    far: int | None = None
 
     def dense(self) -> Tensor:
         """(H, q_len, k_len): row i is the window of `per_distance` starting at q_len − 1 − i."""
@@ -238,4 +243,8 @@ def bias_attention(q: Tensor, k: Tensor, v: Tensor, mask: ScoreMask, scale: floa
         return flex_bias_attention(q, k, v, mask, scale)
     if _foldable(q, mask):
         return _linear_bias_attention(q, k, v, mask.bias.slopes, scale)
+    from .far_bias import far_band_attention, splittable  # it builds on this module's masks
+
+    if splittable(q, mask):
+        return far_band_attention(q, k, v, mask, scale)
     return _BlockwiseBiasAttention.apply(q, k, v, mask.bias.per_distance, mask, scale)

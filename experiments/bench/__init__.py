@@ -6,7 +6,8 @@ Sections (each a module of this package with `run(ctx) -> Section`):
               every positional scheme and norm against its baseline, torch.compile (`--compile`)
   lightning   CausalLM + Trainer vs a plain loop, per-step overhead
   diagnostics the training diagnostics' cost: a probed step against an unprobed one, at the default period
-  seqlen      sequence length 64 -> 2048 at fixed tokens per batch: time, memory, SDPA path
+  seqlen      sequence length 64 -> 2048 at fixed tokens per batch: time, memory, SDPA path; ALiBi and T5 ÷ none
+              at T = 1,024 and 2,048 by heads and threads
   generation  256 greedy tokens with and without the KV cache, batch 1 and 32, every scheme
   vit         suite ViT vs timm VisionTransformer
   sweeps      two single-thread processes vs one two-thread process; the best `--jobs`

@@ -60,6 +60,10 @@ class Settings:
     seq_lengths: tuple[int, ...] = (64, 128, 256, 512, 1024, 2048)
     seq_tokens: int = 4096
     seq_reps: int = 5
+    # the score-bias schemes ÷ none (`seqlen_bias`): lengths × heads × threads, the issue's targets' grid
+    seq_bias_lengths: tuple[int, ...] = (1024, 2048)
+    seq_bias_heads: tuple[int, ...] = (4, 8)
+    seq_bias_threads: tuple[int, ...] = (1, 2)
     # generation: new tokens after a prompt, per batch size; repetitions per batch size
     gen_new_tokens: int = 256
     gen_prompt: int = 8
@@ -147,6 +151,9 @@ SMOKE = replace(
     seq_lengths=(8, 16, 32),
     seq_tokens=64,
     seq_reps=1,
+    seq_bias_lengths=(16, 32),
+    seq_bias_heads=(2,),
+    seq_bias_threads=(1,),
     gen_new_tokens=6,
     gen_prompt=2,
     gen_batches=(1, 4),

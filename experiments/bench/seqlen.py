@@ -15,13 +15,12 @@ import torch
 from models import GPT
 
 from .common import POSITIONAL_SCHEMES, Context, TrainStep, profile_step, token_batch
+from .seqlen_bias import bias_grid
 from .tables import Section, Table, Target
 from .timing import interleaved
 from .training import sdpa_mask_of
 
 FUSED_SCHEMES = ("rope", "sinusoidal", "learned", "none")  # the issue's "no T×T tensor" schemes
-BIASED_SCHEMES = ("alibi", "t5")
-TARGET_LENGTHS = (1024, 2048)  # the biased schemes' targets: within 1.2x of `none`'s time, 1.1x of its memory
 
 
 def run(ctx: Context) -> Section:
@@ -92,17 +91,12 @@ def run(ctx: Context) -> Section:
         )
         ratio = by_len[long]["timing"].median / by_len[short]["timing"].median
         section.targets.append(Target(f"{pos}: step time T={long} ÷ T={short}", ratio, 2.0, higher_is_better=False))
-    # the score bias without a T×T tensor (models/relative_bias.py), at the lengths where attention dominates
-    # the step (the training section's T = 128 hides it behind the weights' cost)
-    for pos in BIASED_SCHEMES:
-        for T in [t for t in TARGET_LENGTHS if t in lengths] or lengths[-1:]:
-            r, base = results[pos][T], results["none"][T]
-            detail = f"mask {r['mask']}; {', '.join(r['kernels'])}"
-            ratio = r["timing"].median / base["timing"].median
-            section.targets.append(Target(f"{pos}: step time ÷ none at T={T}", ratio, 1.2, higher_is_better=False,
-                                          detail=detail))  # fmt: skip
-            memory = r["peak_bytes"] / max(base["peak_bytes"], 1)
-            section.targets.append(Target(f"{pos}: peak memory ÷ none at T={T}", memory, 1.1, higher_is_better=False))
+    # the score bias without a T×T tensor (models/relative_bias.py, models/far_bias.py), at the lengths where
+    # attention dominates the step (the training section's T = 128 hides it behind the weights' cost)
+    tables, targets, notes, section.data["bias"] = bias_grid(s)
+    section.tables += tables
+    section.targets += targets
+    section.notes += notes
     math_schemes = [
         p for p in POSITIONAL_SCHEMES if any("math" in k for r in results[p].values() for k in r["kernels"])
     ]
@@ -114,12 +108,14 @@ def run(ctx: Context) -> Section:
         )
     if models["t5"].cfg.bias_backward == "blockwise":
         section.notes.append(
-            "t5 (and alibi with padding or a KV cache): the score bias stays per distance, (H, 2T − 1) numbers, and "
-            "is applied one block of 128 queries at a time, forward (SDPA's fused kernel on the block's mask) and "
-            "backward (the block's scores recomputed; T5's table gets its gradient per distance): "
-            "`models/relative_bias.py`, `bias_backward: blockwise`. No (B, H, T, T) tensor is built; "
-            "`bias_backward: math` is the dense mask. alibi over causal rows is m·j once each row's constant is "
-            "dropped: one more feature of q and k (head dim 33 here), and SDPA's causal kernel does the rest."
+            "t5 over causal rows (GPT): every distance past its last bucket's first (113) has one bias per head, so "
+            "those keys go through SDPA's fused causal kernel with no mask, and only a band of 113 distances gets "
+            "the bucketed bias, 32 queries at a time; the two are merged by log-sum-exp, forward and backward "
+            "(`models/far_bias.py`). t5 with padding (BERT, the encoder) or a KV cache, and alibi with either: the "
+            "bias stays per distance, (H, 2T − 1) numbers, applied one block of 128 queries at a time, forward "
+            "and backward (`models/relative_bias.py`). No (B, H, T, T) tensor is built; `bias_backward: math` is "
+            "the dense mask. alibi over causal rows is m·j once each row's constant is dropped: one more feature "
+            "of q and k (head dim 33 here), and SDPA's causal kernel does the rest."
         )
     section.notes.append(
         "Memory: bytes live in torch's CPU allocator during one step above those live when it began "

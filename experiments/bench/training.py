@@ -9,7 +9,7 @@ import time
 import torch
 from torch import nn
 
-from models import GPT, relative_bias
+from models import GPT, far_bias, relative_bias
 from models.relative_bias import ScoreMask
 
 from .common import POSITIONAL_SCHEMES, Context, TrainStep, profile_step, token_batch
@@ -53,6 +53,8 @@ def sdpa_mask_of(model: GPT, T: int) -> str:
     mask, is_causal = model.stack.self_mask(T, 0, None, x)
     if isinstance(mask, ScoreMask) and relative_bias._foldable(x, mask):
         return "None (is_causal=True): the bias folded into q·k, one more feature per head"
+    if isinstance(mask, ScoreMask) and far_bias.splittable(x, mask):
+        return f"None (is_causal=True) past distance {mask.bias.far}, a band of (H, block, window) below it"
     if isinstance(mask, ScoreMask):
         return f"per block of queries, from a {tuple(mask.bias.per_distance.shape)} bias per distance"
     return f"None (is_causal={is_causal})" if mask is None else f"{tuple(mask.shape)} {str(mask.dtype)[6:]}"
