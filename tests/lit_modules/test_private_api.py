@@ -33,6 +33,11 @@ OTHER_LIBRARIES = {
     "_run_exitfuncs": "atexit._run_exitfuncs: the same",
     "_valid_parameters": "submitit.SlurmExecutor._valid_parameters: the sbatch options it writes",
     "_attn_implementation": "transformers' config: the benchmark's reference model on SDPA",
+    "_scaled_dot_product_flash_attention_for_cpu": "torch.ops.aten: SDPA's fused CPU kernel, which returns the "
+    "log-sum-exp that causal T5's split merges by (models/far_bias.py)",
+    "_scaled_dot_product_flash_attention_for_cpu_backward": "torch.ops.aten: that kernel's backward, given the "
+    "merged output and log-sum-exp",
+    "_local_tensor": "torch.distributed.tensor.DTensor: a rank's own shard (the sharding bench's bytes per rank)",
 }
 
 
