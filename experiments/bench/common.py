@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import functools
 import itertools
+import json
 from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
@@ -190,6 +192,16 @@ SMOKE = replace(
     coord_batch=2,
     coord_heads=2,
 )
+
+
+def worker_parser() -> argparse.ArgumentParser:
+    """The command line of one rank of a multi-process measurement (the DDP and sharding sections' workers): its
+    rank, the world, the rendezvous port, the batch and sequence per process, the steps, and the model as JSON."""
+    parser = argparse.ArgumentParser()
+    for name in ("rank", "world", "port", "batch", "seq", "steps"):
+        parser.add_argument(f"--{name}", type=int, required=True)
+    parser.add_argument("--arch", type=json.loads, required=True)
+    return parser
 
 
 def token_batch(batch: int, seq: int, vocab: int, seed: int = 0) -> tuple[Tensor, Tensor]:

@@ -13,7 +13,6 @@ not in the figures. Repetitions alternate which set-up runs first.
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import socket
@@ -23,7 +22,7 @@ import time
 from dataclasses import asdict
 from pathlib import Path
 
-from .common import Context
+from .common import Context, worker_parser
 from .tables import Section, Table
 from .timing import Timing
 
@@ -122,10 +121,7 @@ def run(ctx: Context) -> Section:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    for name in ("rank", "world", "port", "batch", "seq", "steps"):
-        parser.add_argument(f"--{name}", type=int, required=True)
-    parser.add_argument("--arch", type=json.loads, required=True)
+    parser = worker_parser()
     args = parser.parse_args()
     import torch.distributed as dist
 

@@ -16,7 +16,6 @@ and the model's construction, where each process briefly holds the whole model b
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 import subprocess
@@ -24,7 +23,7 @@ import sys
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from .common import Context
+from .common import Context, worker_parser
 from .ddp import _free_port
 from .sharding_memory import README_PLANS, Plan, count, memory, planning_table
 from .tables import Section, Table
@@ -176,10 +175,7 @@ def run(ctx: Context) -> Section:
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser()
-    for name in ("rank", "world", "port", "batch", "seq", "steps"):
-        parser.add_argument(f"--{name}", type=int, required=True)
-    parser.add_argument("--arch", type=json.loads, required=True)
+    parser = worker_parser()
     parser.add_argument("--plain", action="store_true", help="one unsharded process")
     parser.add_argument("--device", choices=("cpu", "cuda"), default="cpu")
     parser.add_argument("--precision", default="32-true", help="as the Trainer's: `*-mixed` autocasts")

@@ -16,9 +16,8 @@ import argparse
 from collections.abc import Callable
 from pathlib import Path
 
-import numpy as np
-
 from experiments.analysis import decisions as rules
+from experiments.analysis import plots
 from experiments.analysis.stats import Comparison, paired_difference
 from experiments.analysis.sweep_results import SweepResults, load
 from experiments.studies import table_script
@@ -121,25 +120,13 @@ def table(study: Study) -> list[str]:
     return rows
 
 
-def plot(study: Study, out: Path) -> Path:
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, ax = plt.subplots(figsize=(6, 4))
+def plot(study: Study, out: Path) -> bool:
+    """Each schedule's test loss against its training length, the suite's budget plot (`plots.budget_curves`)."""
     lines = [(s, s, METRIC) for s in (COSINE, ONE_SQRT, LINEAR, CONSTANT)] + [
         (f"{CONSTANT}, averaged", CONSTANT, AVERAGED)]  # fmt: skip
-    for label, schedule, metric in lines:
-        means = [np.mean(list(study.values(schedule, h, metric).values())) for h in study.horizons]
-        ax.plot(study.horizons, means, marker="o", label=label)
-    ax.set(xscale="log", xlabel="training steps (each schedule at its own tuned peak rate)", ylabel=METRIC)
-    ax.set_xticks(study.horizons, [str(h) for h in study.horizons])
-    ax.legend()
-    fig.tight_layout()
-    fig.savefig(out, dpi=120)
-    plt.close(fig)
-    return out
+    points = {label: {float(h): list(study.values(schedule, h, metric).values()) for h in study.horizons}
+              for label, schedule, metric in lines}  # fmt: skip
+    return plots.budget_curves(points, "training steps (each schedule at its own tuned peak rate)", METRIC, out)
 
 
 def main(argv: list[str] | None = None) -> int:
