@@ -74,6 +74,7 @@ VERDICTS = [
     ("peri_ln", peri_ln_verdict, ("peri_ln", "peri_ln_embedding_norm", "peri_ln_reordered_qk_norm"), "verdict.md"),
     ("mup", mup_verdict, ("mup_width",), "verdict.md"),
     ("mup", mup_verdict, ("mup_width", "mup_width_anchored"), "verdict.md"),
+    ("mup", mup_verdict, ("completep_depth",), "verdict.md"),
 ]
 WRITTEN_BESIDE_THE_POST_HOC = {("mup_width", "mup_width_anchored")}  # the pre-registered verdict stays beside its own
 
