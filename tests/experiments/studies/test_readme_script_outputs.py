@@ -43,6 +43,7 @@ TABLES = [
     ("norm_placement", "norm_placement", loss_table, "loss_table.md", str),
     ("peft", "peft_gpt_tuned", peft_verdict, "tuned_verdict.md", str),
     ("peft", "peft_bert_tuned", peft_verdict, "tuned_verdict.md", str),
+    ("peft", "peft_bert_tuned_rerun", peft_verdict, "tuned_verdict.md", str),
 ]
 
 
