@@ -68,6 +68,7 @@ VERDICTS = [
     ("mlm_positional", mlm_verdict, ("mlm_positional_tuned", "mlm_positional_tuned_scale"), "tuned_verdict.md"),
     ("scan_length", scan_verdict, ("scan_length_tuned",), "tuned_verdict.md"),
     ("ffn_norm", ffn_ladder_verdict, ("ffn_norm_ladder",), "ladder_verdict.md"),
+    ("ffn_norm", ffn_ladder_verdict, ("ffn_norm_ladder_mup",), "ladder_verdict.md"),
     ("extrapolation", extrapolation_ladder_verdict, ("extrapolation_ladder",), "ladder_verdict.md"),
     ("stability", stability_verdict, ("qk_norm_zloss",), "verdict.md"),
     ("dyt", dyt_verdict, ("dyt_gpt", "dyt_vit", "dyt_vit_wide", "dyt_gpt_wide"), "verdict.md"),
