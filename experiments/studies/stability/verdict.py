@@ -49,31 +49,43 @@ def verdicts(sweep_dir: Path) -> list[str]:
         cap = sensitivity_cap({k: s for k, s in found.items() if k[2] == size}, higher=False)
         spread |= {k: sensitivity(s, grid, cap, higher=False) for k, s in found.items() if k[2] == size}
     noise = _allowance(sweep, cells, found, len(grid))
+    names, unbracketed = {cell_key(name): name for name in sweep.cells}, sweep.unbracketed()
+
+    def guard(size: str, variant: tuple[str, str]) -> rules.Guard | None:
+        """The grid does not extend (`extend: 0`): a cell whose best sits at an end of it is unbracketed."""
+        return rules.bracketing(unbracketed, [names[(*variant, size)], names[(*BASELINE, size)]])
+
     lines = []
     for claim, variant in VARIANTS.items():
         pairs = [(spread[(*variant, size)], spread[(*BASELINE, size)]) for size in sizes]
-        label = rules.combine([rules.sensitivity(v, b, noise, LOWER_BY) for v, b in pairs], negative="all")
+        label = rules.combine(
+            [rules.decide(rules.sensitivity(v, b, noise, LOWER_BY), guard(size, variant))
+             for size, (v, b) in zip(sizes, pairs)], negative="all")  # fmt: skip
         shown = "; ".join(f"{size}: {fixed(v, 3)} against {fixed(b, 3)}" for size, (v, b) in zip(sizes, pairs))
         lines.append(f"- **{claim} lowers LR sensitivity: {label}.** Sensitivity on {sweep.metric} (the mean excess "
                      f"over the best across the grid, diverged points at the size's cap), {claim} against neither: "
-                     f"{shown}; noise allowance ±{fixed(noise, 3)}.")  # fmt: skip
+                     f"{shown}; noise allowance ±{fixed(noise, 3)}{_guarded(label)}.")  # fmt: skip
     costs = []
     for size in sizes:
         base = cells[(*BASELINE, size)].values(METRIC)
         for claim, variant in VARIANTS.items():
             c = paired_difference(cells[(*variant, size)].values(METRIC), base, MARGIN)
-            costs.append((f"{claim} at {size}", c))
-    label = rules.combine([rules.noninferior(c, MARGIN) for _, c in costs])
+            costs.append((f"{claim} at {size}", c, guard(size, variant)))
+    label = rules.combine([rules.decide(rules.noninferior(c, MARGIN), held) for _, c, held in costs])
     shown = "; ".join(
         f"{name} {c.diff:+.3f} [{c.ci_low:+.3f}, {c.ci_high:+.3f}] (TOST ±{MARGIN}: p = {p_text(c.equivalence_p)})"
-        for name, c in costs
+        for name, c, _ in costs
     )
     lines.append(
         f"- **Neither costs loss at its best rate: {label}.** {METRIC} − neither's, paired by seed, each "
-        f"at its tuned lr: {shown}."
+        f"at its tuned lr: {shown}{_guarded(label)}."
     )
     lines.append(f"- Noise allowance: {_noise_text(sweep)}")
     return lines + ["", *mechanism_table(sweep.ledger, sizes)]
+
+
+def _guarded(verdict: rules.Verdict) -> str:
+    return f" ({verdict.reason})" if verdict.guard else ""
 
 
 def _allowance(sweep, cells, found, grid_points: int) -> float:

@@ -16,8 +16,9 @@ def name(qk: str, z: str, size: str) -> str:
     return f"qk_norm={qk},z_loss={z},size={size}"
 
 
-def write_sweep(out, fails_above: dict, final_shift: dict):
-    """Search: a valley at 1e-2, +0.1 per grid step away from it; a cell diverges above its `fails_above` lr.
+def write_sweep(out, fails_above: dict, final_shift: dict, valley: dict | None = None):
+    """Search: a valley at 1e-2 (or the cell's `valley` lr), +0.1 per grid step away from it; a cell diverges above
+    its `fails_above` lr.
     Final: test/loss 1.50 (+ the cell's shift) with a little seed noise."""
     names = [name(qk, z, size) for size in SIZES for qk, z in CELLS]
     info = {"cells": [{"name": n, "overrides": {}} for n in names],
@@ -29,7 +30,8 @@ def write_sweep(out, fails_above: dict, final_shift: dict):
             cell = name(qk, z, size)
             for lr in GRID:
                 diverged = lr > fails_above.get((qk, z), 1.0)
-                loss = "" if diverged else repr(2.0 + abs(GRID.index(lr) - 2) * 0.1)
+                best = GRID.index((valley or {}).get((qk, z, size), 1e-2))
+                loss = "" if diverged else repr(2.0 + abs(GRID.index(lr) - best) * 0.1)
                 ledger.put({"cell": f"{cell}~lr={lr}", "seed": "10", "status": "diverged" if diverged else "done",
                             "phase": "search", "model.optim.lr": repr(lr), "val/loss": loss,
                             "diagnostics/attn_max_logit": repr(10 * lr if qk == "none" else 2.0),
@@ -37,7 +39,7 @@ def write_sweep(out, fails_above: dict, final_shift: dict):
             for seed, noise in enumerate((0.0, 0.004, -0.004)):
                 shown = repr(1.5 + final_shift.get((qk, z), 0) + noise)
                 ledger.put({"cell": cell, "seed": str(seed), "status": "done", "phase": "final",
-                            "model.optim.lr": "0.01", "test/loss": shown, "val/loss": shown})  # fmt: skip
+                            "model.optim.lr": repr(GRID[best]), "test/loss": shown, "val/loss": shown})  # fmt: skip
     return out
 
 
@@ -61,6 +63,17 @@ def test_a_sensitivity_difference_within_the_noise_is_inconclusive(tmp_path, mon
     monkeypatch.setattr(verdict.rules, "sensitivity_allowance", lambda spread, seeds, points: 0.5)
     noisy = verdict.verdicts(write_sweep(tmp_path, fails, {}))
     assert noisy[1].startswith("- **z-loss lowers LR sensitivity: inconclusive.**") and "±0.500" in noisy[1]
+
+
+def test_a_claim_touching_a_cell_whose_best_is_an_end_of_the_grid_is_inconclusive(tmp_path):
+    """The grid does not extend, so a best at 1e-3 may have a better value below it: QK-layernorm at d128 choosing
+    the grid's bottom makes both claims that touch it inconclusive by the bracketing rule, with the cell named."""
+    fails = {("none", "0.0"): 1e-2, ("none", "0.0001"): 1e-2, ("layernorm", "0.0001"): 1.0}
+    lines = verdict.verdicts(write_sweep(tmp_path, fails, {}, {("layernorm", "0.0", "d128"): 1e-3}))
+    assert lines[0].startswith("- **QK-layernorm lowers LR sensitivity: inconclusive by the bracketing rule.**")
+    assert "unbracketed: qk_norm=layernorm,z_loss=0.0,size=d128 (lr)" in lines[0]
+    assert lines[1].startswith("- **z-loss lowers LR sensitivity: not reproduced.**")  # untouched by that cell
+    assert lines[2].startswith("- **Neither costs loss at its best rate: inconclusive by the bracketing rule.**")
 
 
 def test_a_cost_at_the_best_rate_is_not_reproduced(tmp_path):
