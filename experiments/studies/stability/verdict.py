@@ -64,7 +64,7 @@ def verdicts(sweep_dir: Path) -> list[str]:
         shown = "; ".join(f"{size}: {fixed(v, 3)} against {fixed(b, 3)}" for size, (v, b) in zip(sizes, pairs))
         lines.append(f"- **{claim} lowers LR sensitivity: {label}.** Sensitivity on {sweep.metric} (the mean excess "
                      f"over the best across the grid, diverged points at the size's cap), {claim} against neither: "
-                     f"{shown}; noise allowance ±{fixed(noise, 3)}{_guarded(label)}.")  # fmt: skip
+                     f"{shown}; noise allowance ±{fixed(noise, 3)}{rules.why(label)}.")  # fmt: skip
     costs = []
     for size in sizes:
         base = cells[(*BASELINE, size)].values(METRIC)
@@ -78,14 +78,10 @@ def verdicts(sweep_dir: Path) -> list[str]:
     )
     lines.append(
         f"- **Neither costs loss at its best rate: {label}.** {METRIC} − neither's, paired by seed, each "
-        f"at its tuned lr: {shown}{_guarded(label)}."
+        f"at its tuned lr: {shown}{rules.why(label)}."
     )
     lines.append(f"- Noise allowance: {_noise_text(sweep)}")
     return lines + ["", *mechanism_table(sweep.ledger, sizes)]
-
-
-def _guarded(verdict: rules.Verdict) -> str:
-    return f" ({verdict.reason})" if verdict.guard else ""
 
 
 def _allowance(sweep, cells, found, grid_points: int) -> float:
