@@ -22,7 +22,7 @@ from contract.metrics import higher_is_better
 from experiments.analysis import plots
 from experiments.analysis.comparison import Analysis, CellResult
 from experiments.analysis.formatting import p_text
-from experiments.analysis.ladder_fit import Crossing, LadderFit, crossing, fit_ladder
+from experiments.analysis.ladder_fit import Crossing, LadderFit, crossing, fit_ladder, fit_means
 from experiments.analysis.stats import Comparison, paired_difference
 
 AXES = {"params": "non-embedding parameters", "flops": "training FLOPs"}
@@ -284,9 +284,11 @@ def _figures(out_dir: Path, table: LadderTable, sizes, suffix: str) -> list[tupl
     figures = []
     for axis, key in ((1, "params"), (2, "flops")):
         points = _points(sizes, table.metric, axis)
-        fits = {row.cell: row.fit for row in table.rows} if axis == 1 else _fit_all(points)
+        if axis == 1:  # the table's fits, bootstrapped for their CIs; the FLOPs plot needs only each curve
+            laws = {row.cell: (row.fit.point if row.fit else None) for row in table.rows}
+        else:
+            laws = {cell: fit_means(p) if len(p) else None for cell, p in points.items()}
         path = Path("plots") / f"ladder_{key}{suffix}.png"
-        laws = {cell: (f.point if f else None) for cell, f in fits.items()}
         if plots.ladder_curves(points, laws, AXES[key], table.metric, out_dir / path):
             caption = f"{table.metric} against {AXES[key]} (ladder; band: min–max over seeds; dashed: fit)"
             figures.append((caption, path))
