@@ -138,9 +138,17 @@ def test_committed_results_match_their_spec(spec):
     assert {k: v for k, v in old.items() if k not in spelt} == {k: v for k, v in new.items() if k not in spelt}
 
 
-def test_report_rebuilds_a_committed_study(tmp_path):
-    """`cli.py report` on a committed study folder gives back its committed report, number for number."""
-    committed = ROOT / "experiments/studies/vit_positional/results/vit_positional"
+REPORTED = sorted(p.parent for p in (ROOT / "experiments" / "studies").glob("*/results/*/report.md"))
+QUICK_REPORT = ROOT / "experiments/studies/vit_positional/results/vit_positional"
+
+
+@pytest.mark.parametrize(
+    "committed",
+    [pytest.param(f, marks=() if f == QUICK_REPORT else pytest.mark.slow, id=f.name) for f in REPORTED],
+)
+def test_report_rebuilds_a_committed_study(committed, tmp_path):
+    """`cli.py report` on a committed study folder gives back its committed report, number for number (one
+    study in the quick set; every study, a ladder's report taking minutes of bootstrap fits, in the slow set)."""
     copy = tmp_path / committed.name
     shutil.copytree(committed, copy)
     (copy / "report.md").unlink()
