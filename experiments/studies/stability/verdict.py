@@ -81,7 +81,8 @@ def verdicts(sweep_dir: Path) -> list[str]:
         f"at its tuned lr: {shown}{rules.why(label)}."
     )
     lines.append(f"- Noise allowance: {_noise_text(sweep)}")
-    return lines + ["", *mechanism_table(sweep.ledger, sizes)]
+    first_seed = str((sweep.info["tune"].get("seeds") or [10])[0])
+    return lines + ["", *mechanism_table(sweep.ledger, sizes, first_seed)]
 
 
 def _allowance(sweep, cells, found, grid_points: int) -> float:
@@ -106,10 +107,11 @@ def _noise_text(sweep) -> str:
     )
 
 
-def mechanism_table(ledger: Ledger, sizes: list[str]) -> list[str]:
-    """The last probe's largest attention logit and log Z of each search run, cell by lr (diverged: the run's
-    last probe before it stopped, marked †)."""
-    rows = [r for r in ledger.rows.values() if SEARCH_MARK in r["cell"]]
+def mechanism_table(ledger: Ledger, sizes: list[str], seed: str) -> list[str]:
+    """The last probe's largest attention logit and log Z of each search run at the first search `seed` (one
+    run per point, so a re-run with more search seeds shows the same runs as the first), cell by lr (diverged:
+    the run's last probe before it stopped, marked †)."""
+    rows = [r for r in ledger.rows.values() if SEARCH_MARK in r["cell"] and r["seed"] == seed]
     lrs = sorted({float(r["model.optim.lr"]) for r in rows})
     head = ["size", "qk_norm", "z_loss", "diagnostic", *(format_value(lr) for lr in lrs)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]

@@ -81,6 +81,20 @@ def test_a_cost_at_the_best_rate_is_not_reproduced(tmp_path):
     assert lines[2].startswith("- **Neither costs loss at its best rate: not reproduced.**")
 
 
+def test_the_mechanism_table_shows_the_first_search_seed(tmp_path):
+    """With several search seeds, each cell and lr has one run per seed: the table shows the first seed's (the one
+    a single-seed study ran), whatever order the ledger holds them in."""
+    out = write_sweep(tmp_path, {("none", "0.0"): 1e-2}, {})
+    ledger = Ledger(out / "results.csv", ("phase", "model.optim.lr"))
+    for lr in GRID:
+        ledger.put({"cell": f"{name('none', '0.0', 'd64')}~lr={lr}", "seed": "11", "status": "done",
+                    "phase": "search", "model.optim.lr": repr(lr), "val/loss": "2.5",
+                    "diagnostics/attn_max_logit": "999.0", "diagnostics/log_z": "9.9"})  # fmt: skip
+    table = "\n".join(verdict.verdicts(out)[4:])
+    assert "| d64 | none | 0.0 | attn_max_logit | 0.01 | 0.03 | 0.10 | 0.30† | 1.00† | 3.00† |" in table
+    assert "999.00" not in table
+
+
 def test_no_verdict_before_the_final_runs(tmp_path):
     (tmp_path / "sweep.json").write_text(json.dumps({"tune": {"grid": {"model.optim.lr": GRID}, "metric": "val/loss"}}))
     Ledger(tmp_path / "results.csv").write()
