@@ -71,6 +71,7 @@ VERDICTS = [
     ("ffn_norm", ffn_ladder_verdict, ("ffn_norm_ladder_mup",), "ladder_verdict.md"),
     ("extrapolation", extrapolation_ladder_verdict, ("extrapolation_ladder",), "ladder_verdict.md"),
     ("stability", stability_verdict, ("qk_norm_zloss",), "verdict.md"),
+    ("stability", stability_verdict, ("qk_norm_zloss_rerun",), "verdict.md"),
     ("dyt", dyt_verdict, ("dyt_gpt", "dyt_vit", "dyt_vit_wide", "dyt_gpt_wide"), "verdict.md"),
     ("dyt", dyt_verdict, ("dyt_gpt_rerun", "dyt_vit_rerun"), "verdict.md"),
     ("peri_ln", peri_ln_verdict, ("peri_ln", "peri_ln_embedding_norm", "peri_ln_reordered_qk_norm"), "verdict.md"),
