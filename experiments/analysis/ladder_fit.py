@@ -101,7 +101,7 @@ def fit_ladder(
     resamples = resamples or BOOTSTRAP
     sizes = sorted(n for n, v in by_size.items() if len(v))
     means = [float(np.mean(by_size[n])) for n in sizes]
-    point = fit_means(by_size)
+    point = fit(sizes, means)
     if point is None:
         return None
     notes = []
