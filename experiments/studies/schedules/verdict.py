@@ -63,6 +63,25 @@ class Study:
     def between(self, a: str, b: str, horizon: int, metric_a: str = METRIC) -> Comparison:
         return paired_difference(self.values(a, horizon, metric_a), self.values(b, horizon), MARGIN)
 
+    def run_time(self, schedule: str) -> dict[int, float]:
+        """seed -> the wall time (s) its final runs of `schedule` took for every horizon: a branched schedule's
+        decay branches and the stable run they resumed from (counted once); cosine's separate runs."""
+        out: dict[int, float] = {}
+        counted: set[tuple[str, int]] = set()
+        for h in self.horizons:
+            sweep, name = self.where[(schedule, h)]
+            for (cell, seed), row in sweep.ledger.rows.items():
+                if cell != name or row["status"] != "done":
+                    continue
+                runs = [(cell, seed)]
+                if row.get("parent"):  # "<stable cell>/seed<n>"
+                    parent, parent_seed = row["parent"].rsplit("/seed", 1)
+                    runs.append((parent, int(parent_seed)))
+                for run in set(runs) - counted:
+                    counted.add(run)
+                    out[seed] = out.get(seed, 0.0) + float(sweep.ledger.rows[run]["wall_time_s"])
+        return out
+
 
 def averaging_closes_part(gain: Comparison, gap: Comparison) -> rules.Verdict:
     """Claim (c) at one horizon: the average beats the trained weights (gain's CI below 0) and stays behind the
@@ -105,7 +124,20 @@ def verdicts(wsd_dir: Path, cosine_dir: Path) -> list[str]:
         verdict = rules.combine(per_horizon)
         lines.append(f"- **{wording}: {verdict}.**{rules.why(verdict)} " + "; ".join(
             f"{text} ({v})" for text, v in zip(texts, per_horizon, strict=True)) + ".")  # fmt: skip
-    return [*lines, "", *table(study)]
+    return [*lines, measured_cost(study), "", *table(study)]
+
+
+def measured_cost(study: Study) -> str:
+    """Reported beside the verdicts: the run time of every horizon from one branched run against separate runs,
+    from the ledgers' wall times (both sweeps ran with the same --jobs, so under the same load)."""
+    branched, separate = study.run_time(ONE_SQRT), study.run_time(COSINE)
+    seeds = sorted(set(branched) & set(separate))
+    b, s = (sum(t[seed] for seed in seeds) / len(seeds) for t in (branched, separate))
+    return (
+        f"- Cost, measured (run time in the ledgers, mean over seeds {seeds}): {ONE_SQRT}'s stable run and its "
+        f"{len(study.horizons)} decay branches took {b:.0f} s for all {len(study.horizons)} horizons; "
+        f"{COSINE}'s separate runs {s:.0f} s ({1 - b / s:.0%} less time branched)."
+    )
 
 
 def table(study: Study) -> list[str]:
