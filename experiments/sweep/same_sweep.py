@@ -34,6 +34,15 @@ def sweep_info(spec: Spec, checked: dict[str, CheckedCell]) -> dict[str, Any]:
     return info
 
 
+def snapshot_of(info: dict[str, Any]) -> dict[str, Any]:
+    """A `sweep.json` without what `sweep_info` resolved (each cell's config, each branch's start step): the spec's
+    snapshot as the sweep ran it."""
+    out = info | {"cells": [{k: v for k, v in cell.items() if k != RESOLVED} for cell in info["cells"]]}
+    if info.get("horizons"):
+        out["horizons"] = {k: v for k, v in info["horizons"].items() if k != "starts"}
+    return out
+
+
 def check_same_sweep(out_dir: Path, spec: Spec, checked: dict[str, CheckedCell]) -> None:
     """Refuses to mix two different sweeps in one folder: a resumed sweep must be the same sweep
     (more seeds or cells are fine; changed settings of existing runs are not).

@@ -158,7 +158,7 @@ def plot(study: Study, out: Path) -> bool:
         (f"{CONSTANT}, averaged", CONSTANT, AVERAGED)]  # fmt: skip
     points = {label: {float(h): list(study.values(schedule, h, metric).values()) for h in study.horizons}
               for label, schedule, metric in lines}  # fmt: skip
-    return plots.budget_curves(points, "training steps (each schedule at its own tuned peak rate)", METRIC, out)
+    return plots.budget_curves(points, "training steps", METRIC, out)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -17,7 +17,7 @@ import yaml
 from experiments.analysis import decisions
 from experiments.records.layout import SWEEP_INFO
 from experiments.sweep import run_sweep
-from experiments.sweep.same_sweep import RESOLVED, check_same_sweep
+from experiments.sweep.same_sweep import check_same_sweep, snapshot_of
 from experiments.sweep.spec import load_spec, pretrained_files, read_spec
 from experiments.sweep.validate import check_spec
 from tools import report, sweep
@@ -134,7 +134,7 @@ def test_committed_results_match_their_spec(spec):
     assert old["spec"] == str(spec.relative_to(ROOT))
     check_same_sweep(folder, loaded, check_spec(loaded))
     spelt = ("spec", "require_clean", "base", "fixed")  # how the runs' settings are written: compared resolved
-    old["cells"] = [{k: v for k, v in cell.items() if k != RESOLVED} for cell in old["cells"]]  # (checked above)
+    old = snapshot_of(old)  # the resolved configs are checked above
     assert {k: v for k, v in old.items() if k not in spelt} == {k: v for k, v in new.items() if k not in spelt}
 
 
