@@ -19,6 +19,7 @@ from experiments.studies.peft import tuned_verdict as peft_verdict
 from experiments.studies.peri_ln import verdict as peri_ln_verdict
 from experiments.studies.scan_length import split_table
 from experiments.studies.scan_length import tuned_verdict as scan_verdict
+from experiments.studies.schedules import verdict as schedules_verdict
 from experiments.studies.stability import verdict as stability_verdict
 from tests.experiments.studies.readme_figures import ROOT, STUDIES, normalized, results
 
@@ -78,6 +79,7 @@ VERDICTS = [
     ("mup", mup_verdict, ("mup_width",), "verdict.md"),
     ("mup", mup_verdict, ("mup_width", "mup_width_anchored"), "verdict.md"),
     ("mup", mup_verdict, ("completep_depth",), "verdict.md"),
+    ("schedules", schedules_verdict, ("wsd_horizons", "cosine_horizons"), "verdict.md"),
 ]
 WRITTEN_BESIDE_THE_POST_HOC = {("mup_width", "mup_width_anchored")}  # the pre-registered verdict stays beside its own
 
