@@ -32,7 +32,7 @@ def count_text(value: float) -> str:
     """A parameter or FLOP count with a k/M/G unit."""
     if not math.isfinite(value):
         return "n/a"
-    for unit, size in (("G", 1e9), ("M", 1e6), ("k", 1e3)):
+    for unit, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
         if value >= size:
             return f"{value / size:.3g}{unit}"
     return f"{value:.0f}"

@@ -14,6 +14,7 @@ matplotlib.use("Agg")
 import matplotlib.pyplot as plt
 
 from contract.files import write_atomic
+from experiments.analysis.formatting import count_text
 
 Curve = Mapping[int, float]  # step -> value
 
@@ -183,19 +184,26 @@ def ladder_curves(
     return _finish(fig, ax, path, drawn, xlabel, metric, f"Ladder: {metric} against {xlabel} (dashed: E + A·N^−α)")
 
 
-def budget_curves(points: Mapping[str, Mapping[float, Sequence[float]]], xlabel: str, metric: str, path: Path) -> bool:
+def budget_curves(
+    points: Mapping[str, Mapping[float, Sequence[float]]], xlabel: str, metric: str, path: Path,
+    reference: float | None = None,
+) -> bool:  # fmt: skip
     """A sweep's horizons: each cell's final metric against its training budget (log x), the seed mean joined across
     horizons with a min–max band over seeds.
 
     Args:
         points: cell -> {budget (tokens, FLOPs): the final metric of each seed at that horizon}.
+        reference: a level to draw across (0 for differences).
     """
     fig, ax = plt.subplots(figsize=(7, 4.5))
-    drawn = False
+    if reference is not None:
+        ax.axhline(reference, color="grey", linewidth=1, linestyle="--")
+    drawn, ticks = False, set()
     for cell, by_budget in points.items():
         budgets = sorted(x for x, v in by_budget.items() if v and math.isfinite(x) and x > 0)
         if not budgets:
             continue
+        ticks.update(budgets)
         values = [list(by_budget[x]) for x in budgets]
         (line,) = ax.plot(budgets, [sum(v) / len(v) for v in values], "o-", label=cell)
         if any(len(v) > 1 for v in values):
@@ -203,4 +211,6 @@ def budget_curves(points: Mapping[str, Mapping[float, Sequence[float]]], xlabel:
                             alpha=0.2)  # fmt: skip
         drawn = True
     ax.set_xscale("log")
+    ax.set_xticks(sorted(ticks), [count_text(x) for x in sorted(ticks)])  # the horizons themselves, not powers of ten
+    ax.minorticks_off()
     return _finish(fig, ax, path, drawn, xlabel, metric, f"Horizons: final {metric} against {xlabel}")

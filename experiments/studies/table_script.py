@@ -12,11 +12,11 @@ import numpy as np
 
 def run(
     argv: list[str] | None, doc: str, table: Callable[..., str], filename: str, post_hoc: bool = False,
-    into_last: bool = False,
+    into_last: bool = False, then: Callable[[Path], object] | None = None,
 ) -> int:  # fmt: skip
     """Parses `sweep_dir` (and, with `post_hoc`, any post hoc folders after it), writes `table(sweep_dir, ...)`
     to `sweep_dir/filename` (with `into_last`, to the last post hoc folder's, leaving the pre-registered verdict
-    beside its own sweep) and prints it."""
+    beside its own sweep) and prints it; then `then(sweep_dir)` (a script's figure beside its table)."""
     parser = argparse.ArgumentParser(description=doc, formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("sweep_dir", type=Path)
     if post_hoc:
@@ -26,15 +26,17 @@ def run(
     text = table(args.sweep_dir, *later)
     ((later[-1] if into_last and later else args.sweep_dir) / filename).write_text(text)
     print(text)
+    if then:
+        then(args.sweep_dir)
     return 0
 
 
 def run_lines(
     argv: list[str] | None, doc: str, lines: Callable[..., list[str]], filename: str, post_hoc: bool = False,
-    into_last: bool = False,
+    into_last: bool = False, then: Callable[[Path], object] | None = None,
 ) -> int:  # fmt: skip
     """`run` for a verdict script, whose function gives the Markdown lines."""
-    return run(argv, doc, lambda *folders: "\n".join(lines(*folders)) + "\n", filename, post_hoc, into_last)
+    return run(argv, doc, lambda *folders: "\n".join(lines(*folders)) + "\n", filename, post_hoc, into_last, then)
 
 
 def mean_std(values: list[float]) -> str:

@@ -4,7 +4,8 @@ pre-warmup200 on test/loss at each horizon h, paired by seed; "shrinks" compares
 longest's seed by seed (g(800) − g(12,800): a difference of paired differences), "needs no warmup" is g at the
 longest horizon equivalent to 0 within ±0.03. A comparison touching a cell whose search ended unbracketed, or one
 that never left the unigram loss, is inconclusive by rule (`analysis.decisions`). `budget_verdict.md` also tables
-each (cell, horizon)'s chosen rate and test loss.
+each (cell, horizon)'s chosen rate and test loss; beside it, `budget_gaps.png` (both differences against training
+steps, each seed's: the figure the verdicts read).
 
     python -m experiments.studies.norm_placement.budget_verdict \\
         experiments/studies/norm_placement/results/norm_placement_budget
@@ -15,6 +16,7 @@ from __future__ import annotations
 from pathlib import Path
 
 from experiments.analysis import decisions as rules
+from experiments.analysis import plots
 from experiments.analysis.stats import paired_difference
 from experiments.analysis.sweep_results import SweepResults, load
 from experiments.studies import table_script
@@ -83,8 +85,19 @@ def table(study: Study) -> list[str]:
     return rows
 
 
+def plot(sweep_dir: Path) -> bool:
+    """Pre-LN's warmup gain and Post-LN's deficit against training steps: per seed, the paired difference at each
+    horizon (line: the mean, band: min–max over seeds; dashed: no difference). Drawn once every final run is in."""
+    study = Study(load(sweep_dir))
+    if any(not study.values(c, h) for c, h in study.names):
+        return False
+    points = {f"{a} − {b}": {float(h): list(study.difference(a, b, h).values()) for h in study.horizons}
+              for a, b in ((NO_WARMUP, WARMUP), (POST, WARMUP))}  # fmt: skip
+    return plots.budget_curves(points, "training steps", f"{METRIC} difference", sweep_dir / "budget_gaps.png", 0.0)
+
+
 def main(argv: list[str] | None = None) -> int:
-    return table_script.run_lines(argv, __doc__, verdicts, "budget_verdict.md")
+    return table_script.run_lines(argv, __doc__, verdicts, "budget_verdict.md", then=plot)
 
 
 if __name__ == "__main__":

@@ -43,3 +43,16 @@ def test_length_curves_with_one_seed_draw_no_band_and_nothing_without_values(dra
     assert plots.length_curves({"rope": {64: [1.7], 128: [1.8]}}, tmp_path / "p.png")
     assert not drawn_axes[0].collections
     assert not plots.length_curves({"learned": {512: [math.nan]}}, tmp_path / "q.png")
+
+
+def test_budget_curves_mark_each_horizon_on_the_axis_and_draw_the_reference(drawn_axes, tmp_path):
+    by_cell = {
+        "wsd": {1.29e12: [2.01, 2.00], 2.57e12: [1.82, 1.83], 5.14e12: [1.70, 1.69]},
+        "gain": {1.29e12: [0.3], 2.57e12: [], 5.14e12: [0.0]},  # a horizon without runs is left out
+    }
+    assert plots.budget_curves(by_cell, "training FLOPs", "test/loss", tmp_path / "p.png", reference=0.0)
+    (ax,) = drawn_axes
+    assert [t.get_text() for t in ax.get_xticklabels()] == ["1.29T", "2.57T", "5.14T"]
+    lines = {line.get_label(): line for line in ax.get_lines()}
+    assert list(lines["gain"].get_xdata()) == [1.29e12, 5.14e12]
+    assert [list(line.get_ydata()) for line in ax.get_lines() if line.get_linestyle() == "--"] == [[0.0, 0.0]]

@@ -67,3 +67,19 @@ def test_an_unbracketed_cell_at_an_end_horizon_is_inconclusive_by_rule(tmp_path)
     lines = verdict.verdicts(write(tmp_path, losses, open_cell=("pre-warmup200", 12800)))
     assert "shrinks as training lengthens: inconclusive by the bracketing rule." in claim(lines, "Pre-LN's warmup")
     assert "(unbracketed: pre-warmup200,horizon=12800 (lr))" in claim(lines, "Pre-LN needs no warmup")
+
+
+def test_the_command_writes_the_verdicts_and_the_gaps_plot_once_every_final_run_is_in(tmp_path):
+    folder = write(tmp_path / "sweep", XIONG)
+    ledger = Ledger(folder / "results.csv")
+    held = {seed: ledger.get("post-warmup200,horizon=3200", seed) for seed in NOISE}
+    for seed in NOISE:  # a cell with its final runs still to come: the verdict waits, and no plot
+        ledger.remove("post-warmup200,horizon=3200", seed)
+    assert verdict.main([str(folder)]) == 0
+    assert (folder / "budget_verdict.md").read_text().startswith("- no final runs yet for post-warmup200 at 3200")
+    assert not (folder / "budget_gaps.png").exists()
+    for row in held.values():
+        ledger.put(row)
+    assert verdict.main([str(folder)]) == 0
+    assert (folder / "budget_verdict.md").read_text() == "\n".join(verdict.verdicts(folder)) + "\n"
+    assert (folder / "budget_gaps.png").read_bytes().startswith(b"\x89PNG")
