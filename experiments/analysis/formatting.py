@@ -29,7 +29,7 @@ def p_text(value: float) -> str:
 
 
 def count_text(value: float) -> str:
-    """A parameter or FLOP count with a k/M/G unit."""
+    """A parameter or FLOP count with a k/M/G/T unit."""
     if not math.isfinite(value):
         return "n/a"
     for unit, size in (("T", 1e12), ("G", 1e9), ("M", 1e6), ("k", 1e3)):
