@@ -35,6 +35,10 @@ class Study:
         found = self.results.cells.get(self.names[(cell, horizon)])
         return found.values(METRIC) if found else {}
 
+    def missing(self) -> list[str]:
+        """The (cell, horizon)s without a finished final run (the verdicts and the plot wait for them)."""
+        return [f"{c} at {h}" for (c, h) in self.names if not self.values(c, h)]
+
     def difference(self, a: str, b: str, horizon: int) -> dict[int, float]:
         """seed -> a − b at `horizon`."""
         va, vb = self.values(a, horizon), self.values(b, horizon)
@@ -51,9 +55,8 @@ class Study:
 
 def verdicts(sweep_dir: Path) -> list[str]:
     study = Study(load(sweep_dir))
-    missing = [f"{c} at {h}" for (c, h) in study.names if not study.values(c, h)]
-    if missing:
-        return [f"- no final runs yet for {', '.join(missing)}: no verdict"]
+    if study.missing():
+        return [f"- no final runs yet for {', '.join(study.missing())}: no verdict"]
     short, long = study.horizons[0], study.horizons[-1]
     lines = []
     for wording, a, b in (("Pre-LN's warmup gain shrinks as training lengthens", NO_WARMUP, WARMUP),
@@ -89,7 +92,7 @@ def plot(sweep_dir: Path) -> bool:
     """Pre-LN's warmup gain and Post-LN's deficit against training steps: per seed, the paired difference at each
     horizon (line: the mean, band: min–max over seeds; dashed: no difference). Drawn once every final run is in."""
     study = Study(load(sweep_dir))
-    if any(not study.values(c, h) for c, h in study.names):
+    if study.missing():
         return False
     points = {f"{a} − {b}": {float(h): list(study.difference(a, b, h).values()) for h in study.horizons}
               for a, b in ((NO_WARMUP, WARMUP), (POST, WARMUP))}  # fmt: skip

@@ -70,14 +70,16 @@ class Study:
         counted: set[tuple[str, int]] = set()
         for h in self.horizons:
             sweep, name = self.where[(schedule, h)]
-            for (cell, seed), row in sweep.ledger.rows.items():
-                if cell != name or row["status"] != "done":
+            found = sweep.cells.get(name)
+            for row in found.rows if found else []:
+                if row["status"] != "done":
                     continue
-                runs = [(cell, seed)]
+                seed = int(row["seed"])
+                runs = {(name, seed)}
                 if row.get("parent"):  # "<stable cell>/seed<n>"
                     parent, parent_seed = row["parent"].rsplit("/seed", 1)
-                    runs.append((parent, int(parent_seed)))
-                for run in set(runs) - counted:
+                    runs.add((parent, int(parent_seed)))
+                for run in runs - counted:
                     counted.add(run)
                     out[seed] = out.get(seed, 0.0) + float(sweep.ledger.rows[run]["wall_time_s"])
         return out
