@@ -28,7 +28,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 def committed_run_jsons() -> list[str]:
     try:
-        listed = subprocess.run(["git", "ls-files", "**/run.json", "run.json"], cwd=ROOT, capture_output=True,
+        listed = subprocess.run(["git", "ls-files", "**/run.json"], cwd=ROOT, capture_output=True,
                                 text=True, timeout=60)  # fmt: skip
     except OSError:
         pytest.skip("git is not installed")
@@ -60,9 +60,9 @@ def test_every_committed_run_json_reads_and_keeps_every_field():
 
 
 def test_a_new_record_writes_todays_keys_and_the_version():
-    """What `RunMetadata` wrote before the record had a type (the repository's run.json, a run of the day it
-    was committed), plus `schema_version`: the ledger and reports rebuild identically."""
-    original = json.loads((ROOT / "run.json").read_text())
+    """What `RunMetadata` wrote before the record had a type (`untyped_run.json`, a run of the day the record
+    gained its version-2 fields), plus `schema_version`: the ledger and reports rebuild identically."""
+    original = json.loads((Path(__file__).with_name("untyped_run.json")).read_text())
     assert set(ADDED_IN_2) <= set(original)
     assert RunRecord.from_dict(original).to_dict() == {SCHEMA_KEY: SCHEMA_VERSION, **original}
 
