@@ -53,6 +53,11 @@ class CellResult:
         out = {int(r["seed"]): _float(r.get(metric)) for r in self.rows if r["status"] == DONE}
         return {seed: v for seed, v in out.items() if math.isfinite(v)}
 
+    def unmeasured(self, metric: str) -> bool:
+        """Done runs, none of which logs `metric` (a `test_avg/*` of a cell that does not average, a length a
+        learned position table cannot reach): nothing to show, unlike a cell whose runs diverged."""
+        return self.count(DONE) > 0 and not self.values(metric)
+
     def stat(self, column: str) -> float:
         """A model statistic (params, FLOPs): the same for every run of a cell; taken from any run."""
         found = [_float(r.get(column)) for r in self.rows]

@@ -25,12 +25,23 @@ def _equivalence(c: Comparison | None) -> str:
     return f"{p_text(c.equivalence_p)} ({'equivalent' if c.equivalent else 'not shown'})"
 
 
+def _unmeasured(analysis: Analysis, metric: str) -> list[str]:
+    return [c.name for c in analysis.cells if c.unmeasured(metric)]
+
+
+def _compared(analysis: Analysis, metric: str) -> bool:
+    """Whether the table has Δ columns: not when the baseline's runs do not log the metric (every Δ would be n/a)."""
+    return analysis.baseline not in _unmeasured(analysis, metric)
+
+
 def _row(analysis: Analysis, metric: str, rank: int, cell: CellResult) -> list[str]:
     s = cell.summaries[metric]
     mean = "n/a" if not s.n else f"{fixed(s.mean)} ± {fixed(s.std)}" if s.n > 1 else fixed(s.mean)
     ci = f"[{fixed(s.ci_low)}, {fixed(s.ci_high)}]" if s.n > 1 else "n/a"
     margin = metric in analysis.margins
-    if cell.name == analysis.baseline:
+    if not _compared(analysis, metric):
+        compared = []
+    elif cell.name == analysis.baseline:
         compared = ["baseline", "", ""] + ([""] if margin else [])
     else:
         c = cell.comparisons.get(metric)
@@ -57,17 +68,24 @@ def metric_table(analysis: Analysis, metric: str) -> str:
     """A Markdown table of one metric: every cell's mean ± std, n, CI and paired difference from the
     baseline (with its interval, p, the smallest detectable difference and, with a margin, the
     equivalence test); the main metric's table also ranks the cells and gives parameters, FLOPs and the runs'
-    loss spikes (`LossSpikes`)."""
+    loss spikes (`LossSpikes`). A cell whose done runs do not log the metric is named under the table, not given
+    a row of n/a."""
     main = metric == analysis.main
     head = ["rank" if main else "", "cell", "runs", "mean ± std", "n", f"{CONFIDENCE:.0%} CI"]
-    head += _comparison_head(analysis, metric)
+    head += _comparison_head(analysis, metric) if _compared(analysis, metric) else []
     head += (["params", "trainable"] if has_trainable(analysis) else ["params"]) + ["FLOPs/token"] if main else []
     head += ["loss spikes"] if main and has_spikes(analysis) else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
-    lines += [
-        "| " + " | ".join(_row(analysis, metric, rank, cell)) + " |" for rank, cell in enumerate(analysis.cells, 1)
-    ]
+    shown = [cell for cell in analysis.cells if not cell.unmeasured(metric)]
+    lines += ["| " + " | ".join(_row(analysis, metric, rank, cell)) + " |" for rank, cell in enumerate(shown, 1)]
+    if unmeasured := _unmeasured(analysis, metric):
+        lines += ["", f"Not logged by the done runs of {_names(unmeasured)}"
+                  + (", the baseline among them: no Δ." if not _compared(analysis, metric) else ".")]  # fmt: skip
     return "\n".join(lines)
+
+
+def _names(names: list[str]) -> str:
+    return ", ".join(f"`{n}`" for n in names)
 
 
 def group_tables(analysis: Analysis, metric: str) -> str:
@@ -76,12 +94,19 @@ def group_tables(analysis: Analysis, metric: str) -> str:
         return ""
     head = ["group", "cell", "vs", *_comparison_head(analysis, metric)]
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
+    unmeasured = _unmeasured(analysis, metric)
     for group in analysis.groups:
+        if group.reference in unmeasured:
+            continue
         for name, by_metric in group.comparisons.items():
+            if name in unmeasured:
+                continue
             c = by_metric.get(metric)
             extra = [_equivalence(c)] if metric in analysis.margins else []
             cells = [group.group, f"`{name}`", f"`{group.reference}`", *_diff(c), *extra]
             lines.append("| " + " | ".join(cells) + " |")
+    if len(lines) == 2:
+        return ""
     axes = ", ".join(f"`{a}`" for a in analysis.groups[0].axes)
     title = f"Within groups of {axes} (each cell vs the group's cell with the baseline's other values):"
     return title + "\n\n" + "\n".join(lines)

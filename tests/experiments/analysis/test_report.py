@@ -131,9 +131,11 @@ def test_compare_within_groups_and_margins_reach_the_report(sweep_dir):
     for i, c in enumerate(cells):
         for seed in (0, 1, 2):
             loss = 2.0 + 0.1 * (c["overrides"]["act"] == "gelu") + 0.01 * i * seed + 0.001 * seed
-            rows.append({"cell": c["name"], "seed": seed, "status": "done", "val/loss": loss})
+            gelu = c["overrides"]["act"] == "gelu"  # only the gelu cells log val/acc
+            rows.append({"cell": c["name"], "seed": seed, "status": "done", "val/loss": loss,
+                         "val/acc": 0.5 + 0.01 * i * seed if gelu else ""})  # fmt: skip
     with (sweep_dir / "results.csv").open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=["cell", "seed", "status", "val/loss"])
+        writer = csv.DictWriter(f, fieldnames=["cell", "seed", "status", "val/loss", "val/acc"])
         writer.writeheader()
         writer.writerows(rows)
     info |= {"cells": cells, "baseline": "relu,ln", "axes": ["act", "norm"], "compare_within": ["act"],
@@ -143,6 +145,8 @@ def test_compare_within_groups_and_margins_reach_the_report(sweep_dir):
     text = (sweep_dir / "report.md").read_text()
     assert "TOST p (±0.05)" in text and "Within groups of `act`" in text
     assert "| act=gelu | `gelu,rms` | `gelu,ln` |" in text and "| act=relu | `relu,rms` | `relu,ln` |" in text
+    accuracy = text.split("### val/acc (higher")[1].split("###")[0]  # the relu cells log none: their group goes
+    assert "| act=gelu | `gelu,rms` | `gelu,ln` |" in accuracy and "act=relu" not in accuracy
 
 
 @pytest.mark.parametrize(
@@ -203,3 +207,27 @@ def test_loss_spikes_are_a_column_of_the_main_table(sweep_dir):
     assert head.endswith("| FLOPs/token | loss spikes |")
     assert lines["ln"].endswith("| 0 |") and lines["one"].endswith("| 0 |")
     assert lines["rms"].endswith("| 4 (2/4 runs) |")  # the diverged run's spike counts too; the failed one has none
+
+
+def test_a_cell_whose_done_runs_do_not_log_a_metric_is_named_under_its_table(sweep_dir):
+    """A metric only some cells log (`test_avg/*` of the averaging cells): the others are named in one line under
+    its table, not given rows of n/a; when the baseline is among them the table has no Δ columns, and a
+    `compare_within` row touching them is left out. A cell whose runs diverged keeps its row."""
+    path = sweep_dir / "results.csv"
+    rows = list(csv.DictReader(path.open()))
+    averaged = {"rms": lambda seed: 1.8 + 0.01 * seed, "one": lambda seed: 2.4}
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=[*rows[0], "val_avg/loss"])
+        writer.writeheader()
+        for row in rows:
+            done = row["status"] == "done" and row["cell"] in averaged
+            writer.writerow(row | {"val_avg/loss": averaged[row["cell"]](int(row["seed"])) if done else ""})
+    report.main([str(sweep_dir)])
+    text = (sweep_dir / "report.md").read_text()
+    table = text.split("### val_avg/loss (lower")[1].split("###")[0]
+    assert "`ln`" not in table.split("Not logged")[0] and "n/a | 0 |" not in table
+    assert table.splitlines()[2] == "|  | cell | runs | mean ± std | n | 95% CI |"  # no Δ: the baseline lacks it
+    assert "Not logged by the done runs of `ln`, the baseline among them: no Δ." in table
+    assert "| ★ | `rms` | 3/5, 1 diverged, 1 failed | 1.8" in table and "| `one` | 1/5, 4 failed | 2.4000 |" in table
+    main = text.split("### val/loss (lower")[1].split("###")[0]
+    assert "Not logged" not in main and main.count("| `") == 3  # every cell logs the main metric
