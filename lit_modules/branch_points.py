@@ -25,7 +25,8 @@ class BranchPoints(Checkpoint):
 
     A `Checkpoint` subclass, so Lightning runs it after every other callback's `on_train_batch_end`: the state it
     saves is the step's whole state, as `ModelCheckpoint`'s is. Each file is written under a temporary name and
-    renamed: a run killed while saving leaves none (it is saved again as the resumed run passes the step).
+    renamed: a run killed while saving leaves none (it is saved again as the resumed run passes the step, or at
+    once when it resumes at the step itself: killed after the sweep's `ModelCheckpoint` saved that step).
 
     Args:
         dirpath: the folder of the files (a sweep gives the run's `checkpoints/`).
@@ -48,11 +49,18 @@ class BranchPoints(Checkpoint):
         # run's length (a uniform average's window) is placed as in the longest horizon's run; a run restored at
         # the last branch point is done at once
         trainer.fit_loop.epoch_loop.max_steps = self.last
+        # a run resumed at a branch point never passes it again; what it restored is that step's state
+        step = trainer.global_step
+        if step in self.steps and trainer.strategy.broadcast(not step_checkpoint(self.dirpath, step).exists()):
+            self._save(trainer, step)
 
     def on_train_batch_end(self, trainer: pl.Trainer, pl_module, outputs, batch, batch_idx) -> None:
         step = trainer.global_step  # counted up after the optimizer step: the state a run resumed here starts from
         if step not in self.steps or step in self._saved:  # (accumulating micro-batches see one step many times)
             return
+        self._save(trainer, step)
+
+    def _save(self, trainer: pl.Trainer, step: int) -> None:
         self._saved.add(step)
         path = step_checkpoint(self.dirpath, step)
         partial = path.with_name(f".{path.name}.part")
