@@ -42,7 +42,7 @@ class CellSearch:
 
     Args:
         cell: the cell.
-        points: (value of each tuned key) -> per-seed metric values.
+        points: (value of each tuned key) -> the metric of each tune seed, in seed order.
         chosen: the values its final runs used (None before the final phase).
     """
 
@@ -76,7 +76,7 @@ def searches(ledger: Ledger, info: dict[str, Any]) -> tuple[list[str], str, dict
     tune = info["tune"]
     keys, metric = list(tune["grid"]), tune["metric"]
     found: dict[str, CellSearch] = {}
-    for (cell, _), row in ledger.rows.items():
+    for (cell, _), row in sorted(ledger.rows.items(), key=lambda item: item[0][1]):  # seed order: `seed_range`
         if row.get(PHASE_COLUMN) in (VERIFY_PHASE, STABLE_PHASE):  # a transfer's check at a ladder's top
             continue  # (`transfer_report`); with horizons, where a point's branches start
         base = cell.partition(SEARCH_MARK)[0]
@@ -122,8 +122,9 @@ def sensitivity(search: CellSearch, grid: list[tuple[float, ...]], cap: float, h
 
 def seed_range(search: CellSearch, grid: list[tuple[float, ...]], cap: float, higher: bool) -> str:
     """` (seeds a–b)`: the sensitivity of each tune seed's own search, lowest and highest, when the search ran
-    several seeds (a sensitivity claim needs its noise); '' with one."""
-    seeds = min((len(v) for v in search.points.values()), default=0)
+    several seeds (a sensitivity claim needs its noise); '' with one, or while a point lacks a seed's value."""
+    seeds = {len(v) for v in search.points.values()}
+    seeds = seeds.pop() if len(seeds) == 1 else 0
     if seeds < 2:
         return ""
     each = [sensitivity(CellSearch(search.cell, {p: [v[k]] for p, v in search.points.items()}), grid, cap, higher)

@@ -6,7 +6,14 @@ import math
 
 import pytest
 
-from experiments.analysis.tuning_report import CellSearch, counterparts, seed_range, sensitivity, tuning_section
+from experiments.analysis.tuning_report import (
+    CellSearch,
+    counterparts,
+    searches,
+    seed_range,
+    sensitivity,
+    tuning_section,
+)
 from experiments.records.ledger import Ledger
 
 GRID = [(1e-3,), (3e-3,), (1e-2,)]
@@ -71,3 +78,23 @@ def test_several_tune_seeds_give_the_sensitivity_a_range():
     assert seed_range(one, GRID, 2.0, False) == ""  # one seed cannot say how noisy its sensitivity is
     # seed 0: mean of (0.2, 0, 0.3) = 0.1667; seed 1: (0.5, 0, 0.1) = 0.2
     assert seed_range(two, GRID, 2.0, False) == " (seeds 0.1667–0.2000)"
+
+
+def test_each_seeds_sensitivity_pairs_its_own_runs_whatever_order_they_finished_in(tmp_path):
+    """The ledger lists runs as they ended, so seed 11 may come first at one point and last at another: each
+    seed's sensitivity must still read that seed's value at every point (and none while a point lacks one)."""
+    ledger = Ledger(tmp_path / "results.csv", ("phase", "model.optim.lr"))
+    losses = {10: (1.2, 1.0, 1.3), 11: (1.5, 1.0, 1.1)}  # seed 10: mean excess 0.1667; seed 11: 0.2
+    order = [(0, 11), (0, 10), (1, 10), (1, 11), (2, 11)]  # point 2's seed 10 not in yet
+    for i, seed in order:
+        ledger.put({"cell": f"a~lr={GRID[i][0]}", "seed": str(seed), "status": "done", "phase": "search",
+                    "model.optim.lr": repr(GRID[i][0]), "val/loss": repr(losses[seed][i])})  # fmt: skip
+    info = {"cells": [{"name": "a", "overrides": {}}], "tune": {"grid": {"model.optim.lr": [p[0] for p in GRID]},
+                                                                 "metric": "val/loss"}}  # fmt: skip
+    _, _, found = searches(ledger, info)
+    assert seed_range(found["a"], GRID, 2.0, False) == ""  # a point lacks seed 10: no per-seed reading yet
+    ledger.put({"cell": f"a~lr={GRID[2][0]}", "seed": "10", "status": "done", "phase": "search",
+                "model.optim.lr": repr(GRID[2][0]), "val/loss": repr(losses[10][2])})  # fmt: skip
+    _, _, found = searches(ledger, info)
+    assert found["a"].points[GRID[0]] == [1.2, 1.5] and found["a"].points[GRID[2]] == [1.3, 1.1]
+    assert seed_range(found["a"], GRID, 2.0, False) == " (seeds 0.1667–0.2000)"
