@@ -62,7 +62,8 @@ class HorizonRanking:
 
 @dataclass(frozen=True)
 class RankCrossing:
-    """Two cells whose order (by their seed means) changes between two consecutive horizons where both have runs.
+    """Two cells whose order (by their mean difference over the seeds both have) changes between two consecutive
+    horizons where both have runs.
 
     Args:
         cells: the pair, in the sweep's order.

@@ -14,7 +14,7 @@ import csv
 import fcntl
 import io
 import math
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -150,19 +150,25 @@ class Ledger:
             finally:
                 fcntl.flock(lock, fcntl.LOCK_UN)
 
-    def put(self, row: dict[str, str]) -> None:
-        """Adds or replaces the run's row and rewrites the file, keeping the rows other sweeps added."""
+    def put(self, row: dict[str, str], replaces: Callable[[dict[str, str] | None], bool] | None = None) -> None:
+        """Adds or replaces the run's row and rewrites the file, keeping the rows other sweeps added; with
+        `replaces`, only when it holds for the row there now (read under the lock: another sweep sharing the
+        folder may have written the run since this one read the file)."""
         with self._locked():
             self.reload()
-            self.rows[(row["cell"], int(row["seed"]))] = row
-            self._write()
+            key = (row["cell"], int(row["seed"]))
+            if replaces is None or replaces(self.rows.get(key)):
+                self.rows[key] = row
+                self._write()
 
-    def remove(self, cell: str, seed: int) -> None:
+    def remove(self, cell: str, seed: int, when: Callable[[dict[str, str]], bool] | None = None) -> None:
         """Drops a run's row (a `horizons:` branch's row that said why it could not run, once it can) and rewrites
-        the file, keeping the rows other sweeps added."""
+        the file, keeping the rows other sweeps added; with `when`, only if it holds for the row there now."""
         with self._locked():
             self.reload()
-            if self.rows.pop((cell, seed), None) is not None:
+            row = self.rows.get((cell, seed))
+            if row is not None and (when is None or when(row)):
+                del self.rows[(cell, seed)]
                 self._write()
 
     def columns(self) -> list[str]:

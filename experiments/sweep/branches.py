@@ -50,13 +50,14 @@ class HorizonPlan:
     cleared: list[tuple[str, int]] = field(default_factory=list)
 
     def apply(self, ledger: Ledger) -> None:
-        """Writes the blocked rows that changed and removes the stale ones (under the ledger's lock)."""
+        """Writes the blocked rows that changed and removes the stale ones (under the ledger's lock, and only over a
+        blocked row or none: a sweep sharing the folder may have run the branch since this plan read the ledger)."""
         for row in self.blocked:
             recorded = ledger.get(row["cell"], int(row["seed"])) or {}
             if any(recorded.get(key, "") != value for key, value in row.items()):
-                ledger.put(row)
+                ledger.put(row, replaces=lambda now: now is None or is_blocked(now))
         for cell, seed in self.cleared:
-            ledger.remove(cell, seed)
+            ledger.remove(cell, seed, when=is_blocked)
 
 
 def is_blocked(row: dict[str, str] | None) -> bool:

@@ -67,7 +67,8 @@ def parse_horizons(raw: Any, fixed_and_axes: tuple[str, ...], blocks: dict[str, 
     return tuple(sorted(raw))
 
 
-# what sets where a branch leaves its stable run: a tuned key cannot move it (every point shares the stable phase)
+# what sets where a branch leaves its stable run: a tuned key cannot move it (a cell's decay starts are resolved
+# once, at the grid's first point, and every point's stable run saves and its branches resume at those steps)
 BRANCH_START_KEYS = ("model.optim.schedule", "model.optim.warmup_steps", "model.optim.decay_fraction")
 
 

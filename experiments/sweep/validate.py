@@ -24,6 +24,7 @@ from experiments.sweep.horizons import BRANCHING_SCHEDULES, HORIZON_KEY
 from experiments.sweep.resources import RunShape, run_shape
 from experiments.sweep.spec import ROOT, Cell, Spec, SpecError
 from experiments.sweep.tuning import initial_points
+from lit_modules.averaging import uniform_start
 from lit_modules.schedules import ScheduleSettings, decay_start
 from lit_modules.suite_cli import SuiteCLI, cli_main
 
@@ -163,12 +164,24 @@ def branch_start(config: Any, horizon: int) -> int:
         raise SpecError(f"horizons: {horizon} steps decay from step {start} (warmup_steps {settings.warmup_steps}, "
                         f"decay_fraction {settings.decay_fraction}); a branch needs at least one stable step and one "
                         f"decay step: lengthen the horizon or change those settings")  # fmt: skip
+    _check_uniform_window(config, horizon, start)
     interval = config_value(config, "trainer.val_check_interval")
     if isinstance(interval, bool) or not isinstance(interval, int) or horizon % interval:
         raise SpecError(f"horizons: {horizon} steps is not a multiple of trainer.val_check_interval ({interval!r}), "
                         f"so its runs would not be evaluated at their end; choose horizons that are multiples of it, "
                         f"or fix it to one that divides them")  # fmt: skip
     return start
+
+
+def _check_uniform_window(config: Any, horizon: int, start: int) -> None:
+    """A uniform average over more than the decay would start in the stable phase, where the run that branches
+    places the window for the longest horizon, not this one: its average would not be this horizon's."""
+    with contextlib.suppress(KeyError):
+        averaging = config_value(config, "averaging")
+        if averaging.get("kind") == "uniform" and uniform_start(averaging["last_fraction"], horizon) < start:
+            raise SpecError(f"horizons: averaging.last_fraction {averaging['last_fraction']} averages from before "
+                            f"{horizon} steps' decay start ({start}), inside the stable run it branches from; "
+                            f"set averaging.last_fraction at most model.optim.decay_fraction")  # fmt: skip
 
 
 def check_cell(spec: Spec, cell: Cell) -> tuple[CheckedCell, str]:

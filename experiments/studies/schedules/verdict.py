@@ -134,6 +134,8 @@ def measured_cost(study: Study) -> str:
     from the ledgers' wall times (both sweeps ran with the same --jobs, so under the same load)."""
     branched, separate = study.run_time(ONE_SQRT), study.run_time(COSINE)
     seeds = sorted(set(branched) & set(separate))
+    if not seeds:
+        return f"- Cost, measured: no seed has both {ONE_SQRT}'s branched runs and {COSINE}'s separate runs yet."
     b, s = (sum(t[seed] for seed in seeds) / len(seeds) for t in (branched, separate))
     return (
         f"- Cost, measured (run time in the ledgers, mean over seeds {seeds}): {ONE_SQRT}'s stable run and its "

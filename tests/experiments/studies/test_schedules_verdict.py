@@ -113,3 +113,16 @@ def test_no_verdict_before_the_final_runs(tmp_path):
     assert verdict.verdicts(tmp_path / "wsd", tmp_path / "cos")[0].startswith(
         "- no final runs yet for wsd-linear at 500"
     )
+
+
+def test_the_measured_cost_waits_for_a_seed_both_sweeps_finished(tmp_path):
+    """Every (schedule, horizon) has a final run, but no seed has both the branched runs and cosine's: no cost yet
+    (not a division by zero)."""
+    study(tmp_path)
+    wsd, cos = Ledger(tmp_path / "wsd" / "results.csv"), Ledger(tmp_path / "cos" / "results.csv")
+    for h in HORIZONS:
+        cos.remove(f"schedule=cosine,max_steps={h}", 0)
+        for seed in (1, 2):
+            wsd.remove(f"wsd-1sqrt,horizon={h}", seed)
+    lines = verdict.verdicts(tmp_path / "wsd", tmp_path / "cos")
+    assert "- Cost, measured: no seed has both wsd-1sqrt's branched runs and cosine's separate runs yet." in lines

@@ -27,7 +27,8 @@ SETTINGS = {k: v for k, v in FIXED.items() if k != "trainer.max_steps"} | {
     "model.arch.dropout": 0.1,
     "trainer.log_every_n_steps": 1,
     "diagnostics.every_n_steps": 4,
-    # a uniform average over each run's last quarter: from its branch point (the run's own length sets the window)
+    # a uniform average over each run's last quarter: from its branch point (the run's own length sets the window;
+    # horizons: refuses a longer one, which would open in the stable run)
     "averaging.kind": "uniform",
     "averaging.last_fraction": 0.25,
 }

@@ -86,6 +86,8 @@ def test_a_bad_block_names_the_fix_and_its_line(tmp_path, entries, message):
                                              "the run's length.*set model.optim.schedule: wsd"),
         ({"model.optim.warmup_steps": 16}, "horizons: 16 steps decay from step 16 .*lengthen the horizon"),
         ({"trainer.val_check_interval": 3}, "horizons: 16 steps is not a multiple of trainer.val_check_interval"),
+        ({"averaging.kind": "uniform", "averaging.last_fraction": 0.5},  # the window would open in the stable run
+         r"averaging.last_fraction 0.5 averages from before 16 steps' decay start \(13\).*at most model.optim"),
     ],
 )  # fmt: skip
 def test_each_cell_needs_a_schedule_that_branches(tmp_path, fixed, message):
