@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.analysis.comparison import CellResult, analyse
-from experiments.analysis.transfer_report import TransferCheck, failed_keys, transfer_checks
+from experiments.analysis.transfer_report import TransferCheck, unverified_keys, transfer_checks
 from experiments.analysis.tuning_report import CellSearch, counterparts, searches
 from experiments.records.layout import LEDGER_NAME, SWEEP_INFO
 from experiments.records.ledger import Ledger
@@ -40,14 +40,14 @@ class SweepResults:
     def unbracketed(self) -> dict[str, list[str]]:
         """cell -> the tuned keys it left at an end of its search; a cell that ran at another cell's choice
         (`tune.search_on`, a ladder's `tune.transfer`) inherits that cell's. At a ladder's largest size, a
-        transfer's check decides instead (`transfer_report`): verified, none; failed, `<key>: transfer failed`."""
+        transfer's check decides instead (`transfer_report`): verified, none; failed, `<key>: transfer failed`;
+        not ended, `<key>: transfer pending`."""
         if not self.keys:
             return {}
         out = {name: search.unbracketed(self.keys) for name, search in self.searches.items()}
         for cell, source in self.shared().items():
             out[cell] = out.get(source, [])
-        for cell, failed in failed_keys(self.transfers()).items():
-            out[cell] = out.get(cell, []) if failed is None else failed  # None: its check is pending
+        out |= unverified_keys(self.transfers())
         return {name: keys for name, keys in out.items() if keys}
 
     def transfers(self) -> dict[str, TransferCheck]:

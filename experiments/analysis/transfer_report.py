@@ -33,6 +33,7 @@ from experiments.records.values import format_value
 
 VERIFIED, FAILED, PENDING = "transfer verified", "transfer failed", "pending"
 FAILED_MARK = ": transfer failed"  # `<key>: transfer failed`, as `SweepResults.unbracketed` lists a failed key
+PENDING_MARK = ": transfer pending"  # and a key whose check has not ended: no verdict may rest on it yet
 
 Point = tuple[float, ...]
 
@@ -129,10 +130,12 @@ def transfer_checks(ledger: Ledger, info: dict[str, Any]) -> dict[str, TransferC
     return out
 
 
-def failed_keys(checks: dict[str, TransferCheck]) -> dict[str, list[str] | None]:
-    """cell -> `<key>: transfer failed` for each key whose transfer failed ([] verified); None while pending."""
+def unverified_keys(checks: dict[str, TransferCheck]) -> dict[str, list[str]]:
+    """cell -> `<key>: transfer failed` for each key whose transfer failed, `<key>: transfer pending` for each whose
+    check has not ended ([] verified)."""
     return {
-        cell: None if check.outcome == PENDING else [f"{key}{FAILED_MARK}" for key in check.failed()]
+        cell: [f"{k.key}{FAILED_MARK}" if k.outcome == FAILED else f"{k.key}{PENDING_MARK}"
+               for k in check.keys if k.outcome in (FAILED, PENDING)]  # fmt: skip
         for cell, check in checks.items()
     }
 
