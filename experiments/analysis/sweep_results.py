@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from experiments.analysis.comparison import CellResult, analyse
-from experiments.analysis.transfer_report import TransferCheck, unverified_keys, transfer_checks
+from experiments.analysis.transfer_report import TransferCheck, transfer_checks, unverified_keys
 from experiments.analysis.tuning_report import CellSearch, counterparts, searches
 from experiments.records.layout import LEDGER_NAME, SWEEP_INFO
 from experiments.records.ledger import Ledger

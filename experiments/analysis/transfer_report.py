@@ -134,8 +134,11 @@ def unverified_keys(checks: dict[str, TransferCheck]) -> dict[str, list[str]]:
     """cell -> `<key>: transfer failed` for each key whose transfer failed, `<key>: transfer pending` for each whose
     check has not ended ([] verified)."""
     return {
-        cell: [f"{k.key}{FAILED_MARK}" if k.outcome == FAILED else f"{k.key}{PENDING_MARK}"
-               for k in check.keys if k.outcome in (FAILED, PENDING)]  # fmt: skip
+        cell: [
+            f"{k.key}{FAILED_MARK}" if k.outcome == FAILED else f"{k.key}{PENDING_MARK}"
+            for k in check.keys
+            if k.outcome in (FAILED, PENDING)
+        ]  # fmt: skip
         for cell, check in checks.items()
     }
 
