@@ -10,7 +10,7 @@ import json
 import math
 from pathlib import Path
 
-from contract.run_folder import DONE, last_checkpoint
+from contract.run_folder import DONE, FAILED, last_checkpoint
 from experiments.records.ledger import (
     FINAL_PHASE,
     PHASE_COLUMN,
@@ -24,7 +24,7 @@ from experiments.records.values import format_value
 from experiments.sweep.runs import Run
 from experiments.sweep.spec import Spec
 from experiments.sweep.spec_cells import Cell, cell_name, key_labels
-from experiments.sweep.tuning import Point, SearchState, Tune, search
+from experiments.sweep.tuning import FAILED_SCORE, Point, SearchState, Tune, search
 from experiments.sweep.validate import CheckedCell, cell_args, override_args
 
 
@@ -84,10 +84,12 @@ def search_cell_name(cell: str, tune: Tune, point: Point) -> str:
 
 def point_score(ledger: Ledger, name: str, tune: Tune) -> float | None:
     """A search point's mean selection metric over `tune.seeds`: None while a run has no ledger row;
-    nan when any of its runs diverged or failed, or logged no finite value (the worst, `tuning.search`)."""
+    `FAILED_SCORE` when one failed; nan when one diverged or logged no finite value (the worst, `tuning.search`)."""
     rows = [ledger.get(name, seed) for seed in tune.seeds]
     if any(row is None for row in rows):
         return None
+    if any(row["status"] == FAILED for row in rows):
+        return FAILED_SCORE
     values = [float(row.get(tune.metric) or "nan") if row["status"] == DONE else math.nan for row in rows]
     return sum(values) / len(values) if all(math.isfinite(v) for v in values) else math.nan
 

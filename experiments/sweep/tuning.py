@@ -13,11 +13,11 @@
 A tuned sweep runs in two phases per cell. The search trains each point of the grid (the product of
 the keys' values) at `tune.seeds`; a key's range is bracketed on a side when, along that key through the best
 point (mean of the selection metric over those seeds; a diverged or failed run counts as the worst), the edge
-point diverged or is worse than its inner neighbour. Until both sides are, that key's values extend one step
-past the open side (the grid's own ratio) and the new points run, up to `extend` steps a side (default 4; the
-key is then reported `unbracketed`, and a comparison touching the cell is inconclusive by rule). The final
-phase trains the cell's `seeds` at the chosen point; each final run is then evaluated on the data's held-out
-test split, which is what the report compares.
+point diverged or is worse than its inner neighbour (a failed run, a crash rather than a result, closes no
+side). Until both sides are, that key's values extend one step past the open side (the grid's own ratio) and
+the new points run, up to `extend` steps a side (default 4; the key is then reported `unbracketed`, and a
+comparison touching the cell is inconclusive by rule). The final phase trains the cell's `seeds` at the chosen
+point; each final run is then evaluated on the data's held-out test split, which is what the report compares.
 
 Which points a cell needs is a pure function of the results so far (`search`), so a sweep killed in
 any phase and started again, or two sweeps sharing the folder, compute the same points from the ledger.
@@ -39,6 +39,9 @@ if TYPE_CHECKING:
 
 TUNE_KEYS = ("grid", "extend", "metric", "seeds", "search_on", "transfer")
 DEFAULT_EXTEND = 4  # steps a side: `extend: 1` let searches stop one step past an edge, still improving
+# a point's score when a run of it failed (crashed, not diverged): the worst for the choice, like a divergence,
+# but it says nothing of the edge it sits on, so it closes no bracket (no metric is ever -inf)
+FAILED_SCORE = -math.inf
 Point = tuple[float, ...]  # one value per tuned key, in the order of `Tune.keys`
 
 
@@ -185,7 +188,7 @@ def search(tune: Tune, score: Callable[[Point], float | None]) -> SearchState:
     Args:
         tune: the block.
         score: a point's mean selection metric over `tune.seeds`; None while a run of it has not ended;
-            nan for a point whose runs all diverged or failed (the worst).
+            nan when a run diverged (the worst), `FAILED_SCORE` when one failed (the worst, closing no side).
     """
     higher = higher_is_better(tune.metric)
     steps = {key.key: [0, 0] for key in tune.keys}  # steps added [below, above] each key's initial grid
@@ -216,10 +219,15 @@ def search(tune: Tune, score: Callable[[Point], float | None]) -> SearchState:
 
 def _bracketed(scores: Mapping[Point, float], best: Point, i: int, edge: float, inner: float, higher: bool) -> bool:
     """Whether key `i`'s range is closed on the side ending at `edge`: along the key through the best point, the
-    edge point diverged or is worse than its inner neighbour (a curve still falling towards the edge is not)."""
+    edge point diverged or is worse than its inner neighbour (a curve still falling towards the edge is not, nor is
+    an edge or neighbour that failed: a crash is no result)."""
     at_edge, next_in = scores[best[:i] + (edge,) + best[i + 1 :]], scores[best[:i] + (inner,) + best[i + 1 :]]
-    if best[i] == edge or not math.isfinite(at_edge):
-        return best[i] != edge
+    if best[i] == edge or at_edge == FAILED_SCORE:
+        return False
+    if not math.isfinite(at_edge):  # diverged
+        return True
+    if next_in == FAILED_SCORE:
+        return False
     return at_edge < next_in if higher else at_edge > next_in
 
 
@@ -236,8 +244,8 @@ def extension_rule(tune: Tune) -> str:
     transfer = f"; {tune.transfer.describe()}" if tune.transfer else ""
     rule = (
         f"selection on {tune.metric} (mean over tune seeds {list(tune.seeds)}); while the best point is at the lowest "
-        f"or highest value of a key, or the edge point there is no worse than its neighbour, that key extends one "
-        f"step past it ({keys}), at most {tune.extend} step(s) per side; a key still open is reported unbracketed; "
-        "then the cell's seeds run at the chosen point"
+        f"or highest value of a key, or the edge point there is no worse than its neighbour or failed, that key "
+        f"extends one step past it ({keys}), at most {tune.extend} step(s) per side; a key still open is reported "
+        "unbracketed; then the cell's seeds run at the chosen point"
     )
     return rule + shared + transfer

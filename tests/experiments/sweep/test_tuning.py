@@ -6,7 +6,7 @@ import math
 
 import pytest
 
-from experiments.sweep.tuning import Tune, TunedKey, TuneError, initial_points, parse_tune, search
+from experiments.sweep.tuning import FAILED_SCORE, Tune, TunedKey, TuneError, initial_points, parse_tune, search
 
 LR = TunedKey("optim.lr", (1e-3, 3e-3, 1e-2))
 
@@ -82,6 +82,17 @@ def test_diverged_points_count_as_worst():
     assert state.chosen == (1e-2,) and not state.unbracketed and math.isnan(results[(0.0316227766017,)])
     everything_diverges = run_search(Tune((LR,), 2, "val/loss", (0,)), lambda lr: math.nan)[0]
     assert everything_diverges.chosen is None and everything_diverges.unbracketed == ("optim.lr",)
+
+
+def test_a_failed_point_is_the_worst_but_closes_no_side():
+    """A crash at the top edge is no result: the best point below it stays the choice, but the search looks one
+    step past the crash, and reports the key open when the cap stops it there."""
+    crashed = lambda lr: FAILED_SCORE if lr > 0.011 else -lr  # noqa: E731
+    state, _, results = run_search(Tune((LR,), 2, "val/loss", (0,)), crashed)
+    assert state.chosen == (1e-2,) and state.unbracketed == ("optim.lr",) and len(results) == 5
+    past = lambda lr: FAILED_SCORE if 0.011 < lr < 0.05 else math.nan if lr > 0.05 else -lr  # noqa: E731
+    state, _, results = run_search(Tune((LR,), 2, "val/loss", (0,)), past)  # one step on, a divergence closes it
+    assert state.chosen == (1e-2,) and not state.unbracketed and math.isnan(results[(0.1,)])
 
 
 def test_two_keys_bracket_independently():
