@@ -5,14 +5,16 @@ one loading step every study's verdict script shares."""
 from __future__ import annotations
 
 import json
+import math
 from collections.abc import Callable, Hashable, Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from experiments.analysis.comparison import CellResult, analyse
+from experiments.analysis.decisions import seed_spread, sensitivity_allowance
 from experiments.analysis.transfer_report import TransferCheck, transfer_checks, unverified_keys
-from experiments.analysis.tuning_report import CellSearch, counterparts, searches
+from experiments.analysis.tuning_report import CellSearch, counterparts, initial_grid, searches
 from experiments.records.layout import LEDGER_NAME, SWEEP_INFO
 from experiments.records.ledger import Ledger
 
@@ -76,6 +78,24 @@ class SweepResults:
             return own.chosen if own else None
         search = self.searches.get(self.shared().get(name, name))
         return search.chosen if search else None
+
+    def sensitivity_noise(self) -> tuple[float, str]:
+        """The noise allowance of a difference of two cells' learning-rate sensitivities (two standard deviations,
+        `decisions.sensitivity_allowance`), and how it was measured: from the search seeds' spread at each point;
+        with one search seed, which cannot estimate its own noise, from the spread of the final runs' selection
+        metric (the chosen point at other seeds, pooled over cells)."""
+        seeds = len(self.info["tune"].get("seeds") or [0])
+        grid_points = len(initial_grid(self.info, self.keys))
+        spread = seed_spread(values for search in self.searches.values() for values in search.points.values())
+        if seeds > 1 and math.isfinite(spread):
+            how = f"from the {seeds} search seeds' spread at each point (two standard deviations of a difference)."
+            return sensitivity_allowance(spread, seeds, grid_points), how
+        spread = seed_spread(list(c.values(self.metric).values()) for c in self.cells.values())
+        how = (
+            f"one search seed cannot estimate its own noise, so the spread of the final runs' {self.metric} (the "
+            "chosen point at other seeds, pooled over cells) stands in (two standard deviations of a difference)."
+        )
+        return sensitivity_allowance(spread, 1, grid_points), how
 
 
 def load(sweep_dir: Path) -> SweepResults:

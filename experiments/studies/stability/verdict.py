@@ -48,7 +48,7 @@ def verdicts(sweep_dir: Path) -> list[str]:
     for size in sizes:  # one cap per size: the worst finite loss any cell of that size reached
         cap = sensitivity_cap({k: s for k, s in found.items() if k[2] == size}, higher=False)
         spread |= {k: sensitivity(s, grid, cap, higher=False) for k, s in found.items() if k[2] == size}
-    noise = _allowance(sweep, cells, found, len(grid))
+    noise, how = sweep.sensitivity_noise()
     names, unbracketed = {cell_key(name): name for name in sweep.cells}, sweep.unbracketed()
 
     def guard(size: str, variant: tuple[str, str]) -> rules.Guard | None:
@@ -80,31 +80,9 @@ def verdicts(sweep_dir: Path) -> list[str]:
         f"- **Neither costs loss at its best rate: {label}.** {METRIC} − neither's, paired by seed, each "
         f"at its tuned lr: {shown}{rules.why(label)}."
     )
-    lines.append(f"- Noise allowance: {_noise_text(sweep)}")
+    lines.append(f"- Noise allowance: {how}")
     first_seed = str((sweep.info["tune"].get("seeds") or [10])[0])
     return lines + ["", *mechanism_table(sweep.ledger, sizes, first_seed)]
-
-
-def _allowance(sweep, cells, found, grid_points: int) -> float:
-    """Two standard deviations of a difference of two sensitivities (`decisions.sensitivity_allowance`), from
-    the search seeds' spread at each point; with one search seed, from the spread of the final runs' selection
-    metric, which are the chosen search point trained at other seeds (pooled over cells)."""
-    tune_seeds = len(sweep.info["tune"].get("seeds") or [0])
-    spread = rules.seed_spread(found[k].points[p] for k in found for p in found[k].points)
-    if not math.isfinite(spread):
-        spread = rules.seed_spread(list(c.values(sweep.metric).values()) for c in cells.values())
-        tune_seeds = 1
-    return rules.sensitivity_allowance(spread, tune_seeds, grid_points)
-
-
-def _noise_text(sweep) -> str:
-    seeds = sweep.info["tune"].get("seeds") or [0]
-    if len(seeds) > 1:
-        return f"from the {len(seeds)} search seeds' spread at each point (two standard deviations of a difference)."
-    return (
-        f"one search seed cannot estimate its own noise, so the spread of the final runs' {sweep.metric} (the "
-        "chosen point at other seeds, pooled over cells) stands in (two standard deviations of a difference)."
-    )
 
 
 def mechanism_table(ledger: Ledger, sizes: list[str], seed: str) -> list[str]:

@@ -23,14 +23,15 @@ def write_sweep(out, final=FINAL, grid=GRID):
     (out / "sweep.json").write_text(json.dumps(info))
     ledger = Ledger(out / "results.csv", ("phase", "model.optim.lr"))
     for cell, best in CHOSEN.items():
-        for lr in grid:  # a valley at the chosen lr; Post-LN without warmup fails (nan: diverged) above 3e-3
-            diverged = cell == "L6-post-warmup0" and lr > 3e-3
-            loss = "" if diverged else repr(2.0 + abs(grid.index(lr) - grid.index(best)) * 0.1)
+        for lr in grid:  # a valley at the chosen lr, Post-LN's without warmup 4× as steep; it fails (nan: diverged)
+            diverged = cell == "L6-post-warmup0" and lr > 3e-3  # above 3e-3
+            slope = 0.4 if cell == "L6-post-warmup0" else 0.1
+            loss = "" if diverged else repr(2.0 + abs(grid.index(lr) - grid.index(best)) * slope)
             ledger.put({"cell": f"{cell}~lr={lr}", "seed": "10", "status": "diverged" if diverged else "done",
                         "phase": "search", "model.optim.lr": repr(lr), "val/loss": loss})  # fmt: skip
         for seed, value in enumerate(final[cell]):
             ledger.put({"cell": cell, "seed": str(seed), "status": "done", "phase": "final",
-                        "model.optim.lr": repr(best), "test/loss": repr(value)})  # fmt: skip
+                        "model.optim.lr": repr(best), "test/loss": repr(value), "val/loss": repr(value)})  # fmt: skip
     return out
 
 
@@ -40,6 +41,15 @@ def test_each_claim_is_labelled_by_the_stated_rule(tmp_path):
     assert lines[1].startswith("- **Pre-LN needs no warmup: reproduced.**")  # equivalent within ±0.03
     assert lines[2].startswith("- **Post-LN needs a smaller learning rate: reproduced.**")
     assert "L6-post-warmup0 0.0003" in lines[2]
+
+
+def test_a_sensitivity_gap_within_the_noise_leaves_the_smaller_rate_partly_reproduced(tmp_path):
+    """One search seed: the final runs' spread sets the noise allowance; seeds this far apart swamp Post-LN's higher
+    sensitivity, so only the smaller rate stands."""
+    final = {cell: [v - 1.0, v, v + 1.0] for cell, (_, v, _) in FINAL.items()}
+    lines = tuned_verdict.verdicts(write_sweep(tmp_path, final))
+    assert lines[2].startswith("- **Post-LN needs a smaller learning rate: partly reproduced.**")
+    assert "more sensitive than Pre-LN: inconclusive (noise allowance ±3.055: one search seed" in lines[2]
 
 
 def test_a_warmup_gain_for_pre_ln_is_not_reproduced(tmp_path):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 
+from experiments.analysis import sweep_results
 from experiments.records.ledger import Ledger
 from experiments.studies.stability import verdict
 
@@ -60,7 +61,7 @@ def test_a_sensitivity_difference_within_the_noise_is_inconclusive(tmp_path, mon
     fails = {("none", "0.0"): 1e-2, ("none", "0.0001"): 1e-2}
     quiet = verdict.verdicts(write_sweep(tmp_path, fails, {}))
     assert quiet[1].startswith("- **z-loss lowers LR sensitivity: not reproduced.**")  # equal, beyond the noise of 0.9×
-    monkeypatch.setattr(verdict.rules, "sensitivity_allowance", lambda spread, seeds, points: 0.5)
+    monkeypatch.setattr(sweep_results, "sensitivity_allowance", lambda spread, seeds, points: 0.5)
     noisy = verdict.verdicts(write_sweep(tmp_path, fails, {}))
     assert noisy[1].startswith("- **z-loss lowers LR sensitivity: inconclusive.**") and "±0.500" in noisy[1]
 
