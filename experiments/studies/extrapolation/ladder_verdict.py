@@ -44,7 +44,7 @@ def verdicts(sweep_dir: Path) -> list[str]:
         edges = ladder.edges((ALIBI, size), (ROPE, size))
         guards.append(rules.bracketing(edges, edges))
         better.append(rules.decide(rules.direction(gap, "below"), guards[-1]))
-        holds = rules.Verdict(rules.REPRODUCED if rise.ci_high <= FLAT else rules.NOT_REPRODUCED)
+        holds = rules.noninferior(rise, FLAT)  # a CI that holds +0.01, or none (one seed), says neither
         flat.append(rules.decide(holds, rules.bracketing(edges, [f"{ALIBI},size={size}"])))
         mark = "" if guards[-1] is None else " †"
         rows.append(f"| {size}{mark} | {n:,.0f} | {_interval(gap)} | {_interval(rise)} | {_interval(inside)} |")

@@ -92,6 +92,18 @@ def test_the_extrapolation_checks_follow_the_stated_rule(tmp_path, monkeypatch):
     assert ": reverses at d160.**" in lines[0] and "does not hold" in lines[1]
 
 
+def test_alibis_rise_with_an_interval_that_holds_the_flat_margin_is_inconclusive(tmp_path, monkeypatch):
+    """The 8× − 1× rise's CI straddles +0.01 (seed noise around a rise of +0.01): neither flat nor rising."""
+    monkeypatch.setattr(ladder_trend, "BOOTSTRAP", 500)
+    out = write_ladder(tmp_path, extrapolation_values(lambda size: -0.25, alibi_rise=0.01))
+    ledger = Ledger(out / "results.csv")
+    for (cell, seed), row in list(ledger.rows.items()):
+        if cell.startswith("pos_encoding=alibi,size=") and row["phase"] == "final":
+            ledger.put(row | {"test/loss@512": repr(float(row["test/loss@512"]) + 0.01 * (seed - 1))})
+    lines = extrapolation.verdicts(out)
+    assert lines[1].startswith("- **ALiBi stays flat to 8×: inconclusive at d64, d96, d128, d160**"), lines[1]
+
+
 def test_an_unbracketed_cell_makes_its_size_and_the_trend_inconclusive_by_rule(tmp_path, monkeypatch):
     """ReLU at d64 and ALiBi at d96 chose their grid's top: the sizes they enter, and every trend (which rests on
     every size), are inconclusive by the bracketing rule; the bracketed sizes keep their reading."""
