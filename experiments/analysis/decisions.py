@@ -186,6 +186,22 @@ def direction_not_level(c: Comparison, expected: Side) -> Verdict:
     return direction(c, expected)
 
 
+def differs(c: Comparison) -> Verdict:
+    """An effect of either sign: reproduced when the 95% CI excludes 0, not reproduced when the difference is
+    equivalent to 0 within the comparison's margin (TOST), inconclusive otherwise."""
+    if side(c) != "contains":
+        return Verdict(REPRODUCED, "the 95% CI excludes 0")
+    if c.equivalent:
+        return Verdict(NOT_REPRODUCED, f"equivalent to 0 within ±{c.margin:g} (TOST p = {p_text(c.equivalence_p)})")
+    return Verdict(INCONCLUSIVE, "the 95% CI holds 0, not equivalent to it")
+
+
+def holds(condition: bool, what: str) -> Verdict:
+    """A pre-registered criterion that is no statistical test (a threshold on a median, a count, the grid value a
+    search chose): reproduced when `what` holds, not reproduced when it does not."""
+    return Verdict(REPRODUCED, what) if condition else Verdict(NOT_REPRODUCED, f"not {what}")
+
+
 def noninferior(c: Comparison, margin: float, worse: Side = "above") -> Verdict:
     """A cost of at most `margin`: reproduced when the 95% CI stays short of the margin on the `worse` side, not
     reproduced when it lies wholly beyond it, inconclusive when it holds the margin."""

@@ -48,7 +48,7 @@ def verdicts(sweep_dir: Path) -> list[str]:
     # holds; the sensitivity part by the library's rule, with its noise allowance (issue 49; the spec predates it)
     noise, how = sweep.sensitivity_noise()
     smaller = chosen["L6-post-warmup0"] < chosen["L6-pre-warmup0"]
-    parts = [rules.Verdict(rules.REPRODUCED if smaller else rules.NOT_REPRODUCED),
+    parts = [rules.holds(smaller, "Post-LN's chosen rate below Pre-LN's"),
              rules.sensitivity(spread["L6-pre-warmup0"], spread["L6-post-warmup0"], noise, 1.0)]  # fmt: skip
     lr_label = rules.combine(parts)
     if lr_label.label != rules.REPRODUCED and any(part.label == rules.REPRODUCED for part in parts):

@@ -60,8 +60,8 @@ def _claims(cells: Cells, unbracketed: Unbracketed, depths: list[str], label: st
 
     spikes = {(p, d): int(sum(cells[p, d].values(SPIKES).values())) for p in ("pre", "peri") for d in depths}
     more = all(spikes["pre", d] > spikes["peri", d] for d in depths)
-    spike_label = "inconclusive" if not any(spikes.values()) else "reproduced" if more else "not reproduced"
-    spike = rules.decide(rules.Verdict(spike_label), *guards) if any(spikes.values()) else rules.Verdict(spike_label)
+    spike = (rules.decide(rules.holds(more, "more spikes in Pre-LN at every depth"), *guards) if any(spikes.values())
+             else rules.Verdict(rules.INCONCLUSIVE, "no final run spiked"))  # fmt: skip
     counted = [f"{spikes['pre', d]} against {spikes['peri', d]}" for d in depths]
     beats, flat = below(loss), below(growth)
     return [

@@ -105,6 +105,22 @@ def test_noninferiority_reads_the_ci_against_the_margin(sweep):
     assert rules.noninferior(between(sweep, "better", "base"), 0.02, worse="below").label == rules.NOT_REPRODUCED
 
 
+def test_differs_reads_an_effect_of_either_sign(sweep):
+    """α0-sensitivity: a CI excluding 0 on either side is reproduced, a pair equivalent to 0 not, else neither."""
+    assert rules.differs(between(sweep, "better", "base", 0.02)).label == rules.REPRODUCED
+    assert rules.differs(between(sweep, "base", "better", 0.02)).label == rules.REPRODUCED
+    level = rules.differs(between(sweep, "level", "base", 0.02))
+    assert level.label == rules.NOT_REPRODUCED and level.reason.startswith("equivalent to 0 within ±0.02")
+    assert rules.differs(between(sweep, "noisy", "base", 0.02)).label == rules.INCONCLUSIVE
+
+
+def test_holds_states_a_criterion_that_is_no_test():
+    assert rules.holds(True, "every median below 5%") == rules.Verdict(rules.REPRODUCED, "every median below 5%")
+    assert rules.holds(False, "every median below 5%") == rules.Verdict(
+        rules.NOT_REPRODUCED, "not every median below 5%"
+    )
+
+
 def test_a_comparison_touching_an_unbracketed_cell_is_inconclusive_by_rule(sweep):
     assert sweep.unbracketed() == {"edge": ["model.optim.lr"]}
     c = between(sweep, "edge", "base")

@@ -95,6 +95,15 @@ def test_a_comparison_touching_an_unbracketed_cell_is_inconclusive_by_rule(tmp_p
                                "layernorm,size=d32 (lr), dyt-a0.5,size=d64 (lr))")  # fmt: skip
 
 
+def test_an_unbracketed_alpha_that_was_not_chosen_still_makes_the_match_inconclusive(tmp_path):
+    """α0 0.5 loses at its grid's top rate, but a better rate past the top might have made it the choice: the
+    comparison at DyT's best α0 rests on both α0's searches."""
+    vit = write_sweep(tmp_path / "vit", VIT, ("d32", "d64"), "test/acc")
+    lines = verdict.verdicts(write_sweep(tmp_path / "gpt", GPT, at_edge={("dyt-a0.5", "d64")}), vit)
+    assert lines[0].startswith("- **gpt: DyT matches LayerNorm: inconclusive by the bracketing rule.** (unbracketed: "
+                               "dyt-a0.5,size=d64 (lr)) DyT (dyt-a0.2 at d64")  # fmt: skip
+
+
 def test_no_verdict_before_the_final_runs(tmp_path):
     for family in ("gpt", "vit"):
         (tmp_path / family).mkdir()
