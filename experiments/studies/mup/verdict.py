@@ -104,13 +104,14 @@ def wider_is_better(study: Study, cell: str) -> rules.Verdict:
     grid = study.results.info["tune"]["grid"][LR]
     curves = [study.curve(cell, s) for s in study.sizes]
     spread = rules.seed_spread(v for c in curves for v in c.values())
+    noise = spread if math.isfinite(spread) else 0.0  # one search seed: no estimate, any rise counts
     worse = falls_everywhere = 0
     for lr in grid:
         means = [float(np.mean(c[lr])) if lr in c else math.nan for c in curves]
         for narrow, wide in zip(means, means[1:], strict=False):
-            if math.isfinite(narrow) and math.isfinite(wide) and wide < narrow:
+            if math.isfinite(wide) and (not math.isfinite(narrow) or wide < narrow):  # a diverged narrower: falls
                 falls_everywhere += 1
-            elif not math.isfinite(wide) or (math.isfinite(narrow) and wide - narrow > (spread or 0)):
+            elif not math.isfinite(wide) or wide - narrow > noise:
                 worse += 1
     pairs = len(grid) * (len(curves) - 1)
     if falls_everywhere == pairs:

@@ -74,6 +74,18 @@ def test_a_wider_model_worse_beyond_noise_fails_wider_is_better(tmp_path):
     )
 
 
+def test_a_narrower_model_that_diverged_where_the_wider_trains_is_a_fall(tmp_path):
+    """At the top rate the narrowest µP model diverges and the next trains: wider is better there too."""
+    out = write_study(tmp_path, {"sp": [8e-3] * 4, "mup": [8e-3] * 4})
+    ledger = Ledger(out / "results.csv")
+    for seed in (10, 11):
+        row = ledger.get(f"mup,size=w64~lr={GRID[-1]}", seed)
+        ledger.put(row | {"status": "diverged", "val/loss": ""})
+    assert "every learning rate: reproduced." in claim(
+        verdict.verdicts(out), "Under µP, wider is better at every learning rate"
+    )
+
+
 def test_an_unbracketed_cell_makes_its_claims_inconclusive(tmp_path):
     sweep = write_study(tmp_path, {"sp": [1.6e-2, 8e-3, 4e-3, 2e-3], "mup": [8e-3] * 4}, open_cells=("sp,size=w512",))
     lines = verdict.verdicts(sweep)
