@@ -1,11 +1,13 @@
 """A README's list of unbracketed cells is its ledger's (issue 49, part 5): the cells whose tuned learning rate
-sits at an end of what their search tried (`CellSearch.unbracketed`), where a better value may lie beyond and every
-comparison touching them is inconclusive by the bracketing rule. Each README that reports such a sweep states the
-list as `Unbracketed in `FOLDER`: `cell`, ...` (or `none`), and the studies index spells the ladders' lists in
-words; both are recomputed here from the committed ledgers, beside `test_readme_quotes.py`'s figures."""
+the search left open (`CellSearch.unbracketed`: the best at an end of what it tried, or an end still no worse than
+its neighbour), where a better value may lie beyond and every comparison touching them is inconclusive by the
+bracketing rule. The README of every committed tuned sweep states the list as `Unbracketed in `FOLDER`: `cell`,
+...` (or `none`), and the studies index spells the ladders' lists in words; both are recomputed here from the
+committed ledgers, beside `test_readme_quotes.py`'s figures."""
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -15,13 +17,18 @@ from experiments.analysis.sweep_results import load
 ROOT = Path(__file__).resolve().parents[3]
 STUDIES = ROOT / "experiments" / "studies"
 
-# study -> its tuned sweep folders whose unbracketed cells its README lists
-UNBRACKETED = {
-    "dyt": ("dyt_gpt", "dyt_vit", "dyt_vit_wide", "dyt_vit_rerun", "dyt_gpt_rerun"),
-    "extrapolation": ("extrapolation_ladder",),
-    "ffn_norm": ("ffn_norm_ladder",),
-    "peri_ln": ("peri_ln", "peri_ln_embedding_norm", "peri_ln_reordered_qk_norm"),
-}
+
+
+def tuned_sweeps() -> dict[str, list[str]]:
+    """study -> its committed sweep folders that tuned (`tune:` with a grid)."""
+    out: dict[str, list[str]] = {}
+    for info in sorted(STUDIES.glob("*/results/*/sweep.json")):
+        if (json.loads(info.read_text()).get("tune") or {}).get("grid"):
+            out.setdefault(info.parents[2].name, []).append(info.parent.name)
+    return out
+
+
+UNBRACKETED = tuned_sweeps()
 
 
 def normalized(text: str) -> str:
