@@ -18,7 +18,6 @@ ROOT = Path(__file__).resolve().parents[3]
 STUDIES = ROOT / "experiments" / "studies"
 
 
-
 def tuned_sweeps() -> dict[str, list[str]]:
     """study -> its committed sweep folders that tuned (`tune:` with a grid)."""
     out: dict[str, list[str]] = {}
