@@ -3,7 +3,7 @@
 Each rule turns statistics (`stats.Comparison`, a ladder `Trend`, sensitivities) into a `Verdict`: a label
 (*reproduced*, *not reproduced*, *inconclusive*, or a study's own words through `Verdict.relabel`) and its
 reason. Three guards come before any rule: a comparison that touches a cell whose learning-rate search ended
-at its grid's edge, or whose transferred learning rate failed its check at a ladder's largest size
+with an end still open, or whose transferred learning rate failed its check at a ladder's largest size
 (`bracketing`: a better value may lie beyond), an unmet precondition (`precondition`), or a cell that never left
 its starting point (`floor`: the pre-trained model's loss, the unigram loss, chance) is **inconclusive by that
 rule**, whatever its numbers say (`decide`). A claim read at several sizes or depths
@@ -103,9 +103,10 @@ def combine(
 
 
 def bracketing(unbracketed: Mapping[str, Sequence[str]], cells: Iterable[str]) -> Guard | None:
-    """The guard of a comparison touching `cells`: `unbracketed` maps a cell to the tuned keys whose chosen value
-    sits at an end of what it searched (`tuning_report.CellSearch.unbracketed`), or, at a ladder's largest size
-    tuned once, `<key>: transfer failed` (`transfer_report`); absent or empty: bracketed."""
+    """The guard of a comparison touching `cells`: `unbracketed` maps a cell to the tuned keys its search left
+    open (`tuning_report.CellSearch.unbracketed`: the best at an end of what it tried, or an end still no worse than
+    its neighbour), or, at a ladder's largest size tuned once, `<key>: transfer failed` or `<key>: transfer
+    pending` (`transfer_report`); absent or empty: bracketed."""
     found = {cell: list(unbracketed.get(cell) or ()) for cell in dict.fromkeys(cells)}
     edge = [f"{cell} ({', '.join(k.rpartition('.')[2] for k in keys)})" for cell, keys in found.items() if keys]
     return Guard("bracketing", tuple(edge)) if edge else None

@@ -40,10 +40,10 @@ class SweepResults:
     searches: dict[str, CellSearch] = field(default_factory=dict)
 
     def unbracketed(self) -> dict[str, list[str]]:
-        """cell -> the tuned keys it left at an end of its search; a cell that ran at another cell's choice
-        (`tune.search_on`, a ladder's `tune.transfer`) inherits that cell's. At a ladder's largest size, a
-        transfer's check decides instead (`transfer_report`): verified, none; failed, `<key>: transfer failed`;
-        not ended, `<key>: transfer pending`."""
+        """cell -> the tuned keys its search left open (the engine's rule, `tuning.search`); a cell that ran at
+        another cell's choice (`tune.search_on`, a ladder's `tune.transfer`) inherits that cell's. At a ladder's
+        largest size, a transfer's check decides instead (`transfer_report`): verified, none; failed, `<key>:
+        transfer failed`; not ended, `<key>: transfer pending`."""
         if not self.keys:
             return {}
         out = {name: search.unbracketed(self.keys) for name, search in self.searches.items()}

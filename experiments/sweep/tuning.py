@@ -173,7 +173,8 @@ class SearchState:
         points: every point the search has asked for so far, in grid order.
         pending: those still without a result.
         chosen: the best point, once no point is pending and no key extends; None before.
-        unbracketed: keys whose chosen value sits at an end of the range the `extend` cap stopped.
+        unbracketed: keys still open on a side when the `extend` cap stopped the search (the best at that end, or
+            the end point no worse than its neighbour, or failed).
     """
 
     points: tuple[Point, ...]

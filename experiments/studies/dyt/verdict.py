@@ -1,7 +1,7 @@
 """The Dynamic Tanh study's verdicts, derived from its ledgers by the rules its specs state before any run
 (`dyt_gpt.yaml`, `dyt_vit.yaml`): DyT against LayerNorm at each size (TOST within the spec's margin), the GPT's
 α0 sensitivity, RMSNorm beside them, as Markdown for the README. A comparison touching a cell whose
-learning-rate search ended at its grid's edge is inconclusive by the bracketing rule (`analysis.decisions`).
+learning-rate search left an end open is inconclusive by the bracketing rule (`analysis.decisions`).
 
     python -m experiments.studies.dyt.verdict experiments/studies/dyt/results/dyt_gpt \
 experiments/studies/dyt/results/dyt_vit [experiments/studies/dyt/results/dyt_vit_wide ...]

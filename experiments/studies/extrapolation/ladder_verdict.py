@@ -1,7 +1,7 @@
 """The extrapolation ladder's verdict, derived from its ledger by the rule its spec states before any run
 (`extrapolation_ladder.yaml`): ALiBi against RoPE at 4x the training length at each size, ALiBi's flatness to
 8x, and how the 4x gap and the in-distribution gap move with size. A size whose comparison touches a cell whose
-learning-rate search ended at its grid's edge is inconclusive by the bracketing rule (`analysis.decisions`), and so
+learning-rate search left an end open is inconclusive by the bracketing rule (`analysis.decisions`), and so
 is a trend that rests on it.
 
     python -m experiments.studies.extrapolation.ladder_verdict \

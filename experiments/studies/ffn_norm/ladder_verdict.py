@@ -1,6 +1,6 @@
 """The FFN ladder's verdict, derived from its ledger by the rule its spec states before any run
 (`ffn_norm_ladder.yaml`): the gated FFNs' lead over the plain ones at each size, and its trend with size. A size
-whose lead touches a cell whose learning-rate search ended at its grid's edge is inconclusive by the bracketing
+whose lead touches a cell whose learning-rate search left an end open is inconclusive by the bracketing
 rule (`analysis.decisions`), and so is the trend that rests on every size.
 
     python -m experiments.studies.ffn_norm.ladder_verdict experiments/studies/ffn_norm/results/ffn_norm_ladder

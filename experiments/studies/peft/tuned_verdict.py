@@ -1,7 +1,7 @@
 """The tuned PEFT study's verdicts for one family, derived from its ledger by the rule its spec states before
 any run (`peft_gpt_tuned.yaml`): each method at its tuned learning rate against full fine-tuning (claims 1
 and 3), LoRA r1 and r4 against r16 (claim 2), on the held-out test split, as a Markdown table. A comparison
-touching a method whose search ended at its grid's edge, or a method whose test loss never left the pre-trained
+touching a method whose search left an end open, or a method whose test loss never left the pre-trained
 model's (`STARTS`: it learned nothing, so "matches" would compare nothing), is inconclusive by the bracketing or
 the floor rule (`analysis.decisions`).
 

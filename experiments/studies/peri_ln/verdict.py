@@ -50,7 +50,7 @@ def _flag(guard: rules.Guard | None) -> str:
 
 def _claims(cells: Cells, unbracketed: Unbracketed, depths: list[str], label: str = "") -> list[str]:
     """The three pre-registered claims, Peri-LN against Pre-LN at each depth, by the spec's rule; a depth whose
-    Pre-LN or Peri-LN search ended at its grid's edge is inconclusive by the bracketing rule."""
+    Pre-LN or Peri-LN search left an end open is inconclusive by the bracketing rule."""
     guards = [_guard(unbracketed, "peri", d) for d in depths]
     loss = [_against_pre(cells, "peri", d, LOSS) for d in depths]
     growth = [_against_pre(cells, "peri", d, GROWTH) for d in depths]

@@ -52,7 +52,7 @@ def verdicts(sweep_dir: Path) -> list[str]:
     names, unbracketed = {cell_key(name): name for name in sweep.cells}, sweep.unbracketed()
 
     def guard(size: str, variant: tuple[str, str]) -> rules.Guard | None:
-        """The grid does not extend (`extend: 0`): a cell whose best sits at an end of it is unbracketed."""
+        """The grid does not extend (`extend: 0`): a cell whose search left an end open is unbracketed."""
         return rules.bracketing(unbracketed, [names[(*variant, size)], names[(*BASELINE, size)]])
 
     lines = []
