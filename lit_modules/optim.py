@@ -77,10 +77,13 @@ class OptimConfig:
         """The fraction of lr every decay ends at."""
         return self.min_lr_ratio if self.final_lr_fraction is None else self.final_lr_fraction
 
+    @property
+    def settings(self) -> ScheduleSettings:
+        return ScheduleSettings(self.warmup_steps, self.final, self.decay_fraction, self.decay_shape)
+
     def multiplier(self, step: int, total_steps: int) -> float:
         """The multiplier of lr at `step` of a run of `total_steps`."""
-        settings = ScheduleSettings(self.warmup_steps, self.final, self.decay_fraction, self.decay_shape)
-        return SCHEDULES[self.schedule](step, total_steps, settings)
+        return SCHEDULES[self.schedule](step, total_steps, self.settings)
 
 
 def parameter_groups(model: nn.Module, weight_decay: float, positional_lr: float | None = None) -> list[dict]:

@@ -25,7 +25,8 @@ from experiments.sweep.resources import RunShape, run_shape
 from experiments.sweep.spec import ROOT, Cell, Spec, SpecError
 from experiments.sweep.tuning import initial_points
 from lit_modules.averaging import uniform_start
-from lit_modules.schedules import ScheduleSettings, decay_start
+from lit_modules.optim import OptimConfig
+from lit_modules.schedules import decay_start
 from lit_modules.suite_cli import SuiteCLI, cli_main
 
 SEEDED_GROUPS = ("data", "model")  # a `seed` argument of these classes gets the run's seed
@@ -152,13 +153,12 @@ def branch_start(config: Any, horizon: int) -> int:
     Raises:
         SpecError: naming the setting to change.
     """
-    optim = config_value(config, "model.optim")
-    if optim.get("schedule") not in BRANCHING_SCHEDULES:
-        raise SpecError(f"horizons: model.optim.schedule is {optim.get('schedule')!r}, whose rate at every step "
+    optim = OptimConfig(**dict(config_value(config, "model.optim")))  # the schedule's own reading of its settings
+    if optim.schedule not in BRANCHING_SCHEDULES:
+        raise SpecError(f"horizons: model.optim.schedule is {optim.schedule!r}, whose rate at every step "
                         f"depends on the run's length, so no horizon can branch from a longer run; set "
                         f"model.optim.schedule: wsd (in fixed:), or constant")  # fmt: skip
-    final = optim["min_lr_ratio"] if optim.get("final_lr_fraction") is None else optim["final_lr_fraction"]
-    settings = ScheduleSettings(optim["warmup_steps"], final, optim["decay_fraction"], optim["decay_shape"])
+    settings = optim.settings
     start = decay_start(horizon, settings)
     if not 1 <= start < horizon:
         raise SpecError(f"horizons: {horizon} steps decay from step {start} (warmup_steps {settings.warmup_steps}, "
