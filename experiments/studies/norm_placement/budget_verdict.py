@@ -18,43 +18,16 @@ from pathlib import Path
 from experiments.analysis import decisions as rules
 from experiments.analysis import plots
 from experiments.analysis.stats import paired_difference
-from experiments.analysis.sweep_results import SweepResults, load
+from experiments.analysis.sweep_results import load
 from experiments.studies import table_script
+from experiments.studies.horizon_cells import HorizonCells, branched
 
 METRIC, MARGIN, UNIGRAM = "test/loss", 0.03, 3.35
 NO_WARMUP, WARMUP, POST = "pre-warmup0", "pre-warmup200", "post-warmup200"
 
 
-class Study:
-    def __init__(self, results: SweepResults):
-        self.results = results
-        self.horizons = list(results.info["horizons"]["steps"])
-        self.names = {tuple(pair): name for name, pair in results.info["horizons"]["cells"].items()}
-
-    def values(self, cell: str, horizon: int) -> dict[int, float]:
-        found = self.results.cells.get(self.names[(cell, horizon)])
-        return found.values(METRIC) if found else {}
-
-    def missing(self) -> list[str]:
-        """The (cell, horizon)s without a finished final run (the verdicts and the plot wait for them)."""
-        return [f"{c} at {h}" for (c, h) in self.names if not self.values(c, h)]
-
-    def difference(self, a: str, b: str, horizon: int) -> dict[int, float]:
-        """seed -> a − b at `horizon`."""
-        va, vb = self.values(a, horizon), self.values(b, horizon)
-        return {s: va[s] - vb[s] for s in sorted(set(va) & set(vb))}
-
-    def guards(self, cells: tuple[str, ...], horizons: tuple[int, ...]) -> list[rules.Guard | None]:
-        out: list[rules.Guard | None] = []
-        for h in horizons:
-            names = [self.names[(c, h)] for c in cells]
-            out.append(rules.bracketing(self.results.unbracketed(), names))
-            out += [rules.floor(self.values(c, h), UNIGRAM, False, f"{c} at {h}") for c in cells]
-        return out
-
-
 def verdicts(sweep_dir: Path) -> list[str]:
-    study = Study(load(sweep_dir))
+    study = HorizonCells(branched(load(sweep_dir)), METRIC, UNIGRAM)
     if study.missing():
         return [f"- no final runs yet for {', '.join(study.missing())}: no verdict"]
     short, long = study.horizons[0], study.horizons[-1]
@@ -63,26 +36,27 @@ def verdicts(sweep_dir: Path) -> list[str]:
                           ("Post-LN's deficit shrinks as training lengthens", POST, WARMUP)):  # fmt: skip
         at = {h: study.difference(a, b, h) for h in study.horizons}
         trend = paired_difference(at[short], at[long], MARGIN)
-        verdict = rules.decide(rules.direction_not_level(trend, "above"), *study.guards((a, b), (short, long)))
+        verdict = rules.decide(rules.direction_not_level(trend, "above"), *study.guards(short, a, b),
+                               *study.guards(long, a, b))  # fmt: skip
         each = "; ".join(f"{h}: {rules.interval(paired_difference(study.values(a, h), study.values(b, h)))}"
                          for h in study.horizons)  # fmt: skip
         lines.append(f"- **{wording}: {verdict}.**{rules.why(verdict)} {a} − {b} by horizon: {each}; at {short} − at "
                      f"{long}: {rules.interval(trend, tost=True)}.")  # fmt: skip
     gain = paired_difference(study.values(NO_WARMUP, long), study.values(WARMUP, long), MARGIN)
-    verdict = rules.decide(rules.equivalence(gain), *study.guards((NO_WARMUP, WARMUP), (long,)))
+    verdict = rules.decide(rules.equivalence(gain), *study.guards(long, NO_WARMUP, WARMUP))
     lines.append(f"- **Pre-LN needs no warmup at {long:,} steps: {verdict}.**{rules.why(verdict)} {NO_WARMUP} − "
                  f"{WARMUP}: {rules.interval(gain, tost=True)}.")  # fmt: skip
     return [*lines, "", *table(study)]
 
 
-def table(study: Study) -> list[str]:
+def table(study: HorizonCells) -> list[str]:
     rows = ["| cell | " + " | ".join(f"{h:,} steps: lr, test/loss" for h in study.horizons) + " |",
             "|---|" + "---|" * len(study.horizons)]  # fmt: skip
     for cell in (NO_WARMUP, WARMUP, POST):
         entries = []
         for h in study.horizons:
-            chosen = study.results.chosen(study.names[(cell, h)])
-            lr = f"{chosen[0]:g}" if chosen else "n/a"
+            chosen = study.chosen(cell, h)
+            lr = f"{chosen:g}" if chosen else "n/a"
             entries.append(f"{lr}, {table_script.mean_std(list(study.values(cell, h).values()))}")
         rows.append(f"| {cell} | " + " | ".join(entries) + " |")
     return rows
@@ -91,7 +65,7 @@ def table(study: Study) -> list[str]:
 def plot(sweep_dir: Path) -> bool:
     """Pre-LN's warmup gain and Post-LN's deficit against training steps: per seed, the paired difference at each
     horizon (line: the mean, band: min–max over seeds; dashed: no difference). Drawn once every final run is in."""
-    study = Study(load(sweep_dir))
+    study = HorizonCells(branched(load(sweep_dir)), METRIC, UNIGRAM)
     if study.missing():
         return False
     points = {f"{a} − {b}": {float(h): list(study.difference(a, b, h).values()) for h in study.horizons}

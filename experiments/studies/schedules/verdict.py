@@ -21,6 +21,7 @@ from experiments.analysis import plots
 from experiments.analysis.stats import Comparison, paired_difference
 from experiments.analysis.sweep_results import SweepResults, load
 from experiments.studies import table_script
+from experiments.studies.horizon_cells import HorizonCells, branched, separate
 
 METRIC, AVERAGED = "test/loss", "test_avg/loss"
 MARGIN = 0.02  # nats, the spec's equivalence margin
@@ -28,40 +29,11 @@ UNIGRAM = 3.35  # character-level Tiny Shakespeare's unigram loss: a cell not be
 ONE_SQRT, LINEAR, CONSTANT, COSINE = "wsd-1sqrt", "wsd-linear", "constant-avg", "cosine"
 
 
-class Study:
-    """The four schedules at each horizon: (schedule, horizon) -> (its sweep, its cell's name there)."""
+class Study(HorizonCells):
+    """The four schedules at each horizon: WSD's branches and cosine's separate runs."""
 
     def __init__(self, wsd: SweepResults, cosine: SweepResults):
-        self.horizons = list(wsd.info["horizons"]["steps"])
-        where = {tuple(pair): (wsd, name) for name, pair in wsd.info["horizons"]["cells"].items()}
-        for cell in cosine.info["cells"]:
-            where[(COSINE, cell["overrides"]["trainer.max_steps"])] = (cosine, cell["name"])
-        self.where = where
-
-    def values(self, schedule: str, horizon: int, metric: str = METRIC) -> dict[int, float]:
-        sweep, name = self.where[(schedule, horizon)]
-        found = sweep.cells.get(name)
-        return found.values(metric) if found else {}
-
-    def chosen(self, schedule: str, horizon: int) -> float | None:
-        sweep, name = self.where[(schedule, horizon)]
-        point = sweep.chosen(name)
-        return point[0] if point else None
-
-    def missing(self) -> list[str]:
-        return [f"{s} at {h}" for (s, h) in self.where if not self.values(s, h)]
-
-    def guards(self, horizon: int, *schedules: str) -> list[rules.Guard | None]:
-        """The bracketing and floor guards of a comparison at `horizon` touching `schedules`."""
-        out = []
-        for schedule in schedules:
-            sweep, name = self.where[(schedule, horizon)]
-            out.append(rules.bracketing(sweep.unbracketed(), [name]))
-            out.append(rules.floor(self.values(schedule, horizon), UNIGRAM, False, f"{schedule} at {horizon}"))
-        return out
-
-    def between(self, a: str, b: str, horizon: int, metric_a: str = METRIC) -> Comparison:
-        return paired_difference(self.values(a, horizon, metric_a), self.values(b, horizon), MARGIN)
+        super().__init__(branched(wsd) | separate(cosine, COSINE), METRIC, UNIGRAM, MARGIN)
 
     def run_time(self, schedule: str) -> dict[int, float]:
         """seed -> the wall time (s) its final runs of `schedule` took for every horizon: a branched schedule's
