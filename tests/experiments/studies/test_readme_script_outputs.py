@@ -13,7 +13,7 @@ from experiments.studies.ffn_norm import ladder_verdict as ffn_ladder_verdict
 from experiments.studies.ffn_norm import pair_table
 from experiments.studies.mlm_positional import tuned_verdict as mlm_verdict
 from experiments.studies.mup import verdict as mup_verdict
-from experiments.studies.norm_placement import loss_table
+from experiments.studies.norm_placement import budget_verdict, loss_table
 from experiments.studies.norm_placement import tuned_verdict as norm_verdict
 from experiments.studies.peft import tuned_verdict as peft_verdict
 from experiments.studies.peri_ln import verdict as peri_ln_verdict
@@ -66,6 +66,7 @@ def test_readme_tables_are_their_scripts_output(study, spec, script, output, sho
 # (study, verdict script, its sweep folders in the order it takes them): a tuned study's verdict lines
 VERDICTS = [
     ("norm_placement", norm_verdict, ("norm_placement_tuned",), "tuned_verdict.md"),
+    ("norm_placement", budget_verdict, ("norm_placement_budget",), "budget_verdict.md"),
     ("mlm_positional", mlm_verdict, ("mlm_positional_tuned", "mlm_positional_tuned_scale"), "tuned_verdict.md"),
     ("scan_length", scan_verdict, ("scan_length_tuned",), "tuned_verdict.md"),
     ("ffn_norm", ffn_ladder_verdict, ("ffn_norm_ladder",), "ladder_verdict.md"),
