@@ -29,26 +29,22 @@ def _unmeasured(analysis: Analysis, metric: str) -> list[str]:
     return [c.name for c in analysis.cells if c.unmeasured(metric)]
 
 
-def _compared(analysis: Analysis, metric: str) -> bool:
-    """Whether the table has Δ columns: not when the baseline's runs do not log the metric (every Δ would be n/a)."""
-    return analysis.baseline not in _unmeasured(analysis, metric)
-
-
-def _row(analysis: Analysis, metric: str, rank: int, cell: CellResult) -> list[str]:
+def _row(analysis: Analysis, metric: str, rank: int, cell: CellResult, with_delta: bool) -> list[str]:
+    """`with_delta`: the table has Δ columns (not when the baseline's runs do not log the metric)."""
     s = cell.summaries[metric]
     mean = "n/a" if not s.n else f"{fixed(s.mean)} ± {fixed(s.std)}" if s.n > 1 else fixed(s.mean)
     ci = f"[{fixed(s.ci_low)}, {fixed(s.ci_high)}]" if s.n > 1 else "n/a"
     margin = metric in analysis.margins
-    if not _compared(analysis, metric):
-        compared = []
+    if not with_delta:
+        delta = []
     elif cell.name == analysis.baseline:
-        compared = ["baseline", "", ""] + ([""] if margin else [])
+        delta = ["baseline", "", ""] + ([""] if margin else [])
     else:
         c = cell.comparisons.get(metric)
-        compared = [*_diff(c)] + ([_equivalence(c)] if margin else [])
+        delta = [*_diff(c)] + ([_equivalence(c)] if margin else [])
     mark = "★" if cell.name == analysis.best(metric) else ""
     row = [f"{rank} {mark}".strip() if metric == analysis.main else mark]
-    row += [f"`{cell.name}`", cell.runs_text(), mean, str(s.n), ci, *compared]
+    row += [f"`{cell.name}`", cell.runs_text(), mean, str(s.n), ci, *delta]
     if metric == analysis.main:
         counts = ["params", "params_trainable"] if has_trainable(analysis) else ["params"]
         row += [f"{cell.stat(k):,.0f}" if math.isfinite(cell.stat(k)) else "n/a" for k in counts]
@@ -72,15 +68,18 @@ def metric_table(analysis: Analysis, metric: str) -> str:
     a row of n/a."""
     main = metric == analysis.main
     head = ["rank" if main else "", "cell", "runs", "mean ± std", "n", f"{CONFIDENCE:.0%} CI"]
-    head += _comparison_head(analysis, metric) if _compared(analysis, metric) else []
+    unmeasured = _unmeasured(analysis, metric)
+    with_delta = analysis.baseline not in unmeasured  # every Δ would be n/a
+    head += _comparison_head(analysis, metric) if with_delta else []
     head += (["params", "trainable"] if has_trainable(analysis) else ["params"]) + ["FLOPs/token"] if main else []
     head += ["loss spikes"] if main and has_spikes(analysis) else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     shown = [cell for cell in analysis.cells if not cell.unmeasured(metric)]
-    lines += ["| " + " | ".join(_row(analysis, metric, rank, cell)) + " |" for rank, cell in enumerate(shown, 1)]
-    if unmeasured := _unmeasured(analysis, metric):
+    lines += ["| " + " | ".join(_row(analysis, metric, rank, cell, with_delta)) + " |"
+              for rank, cell in enumerate(shown, 1)]  # fmt: skip
+    if unmeasured:
         lines += ["", f"Not logged by the done runs of {_names(unmeasured)}"
-                  + (", the baseline among them: no Δ." if not _compared(analysis, metric) else ".")]  # fmt: skip
+                  + (", the baseline among them: no Δ." if not with_delta else ".")]  # fmt: skip
     return "\n".join(lines)
 
 

@@ -38,8 +38,7 @@ def verdicts(sweep_dir: Path) -> list[str]:
         trend = paired_difference(at[short], at[long], MARGIN)
         verdict = rules.decide(rules.direction_not_level(trend, "above"), *study.guards(short, a, b),
                                *study.guards(long, a, b))  # fmt: skip
-        each = "; ".join(f"{h}: {rules.interval(paired_difference(study.values(a, h), study.values(b, h)))}"
-                         for h in study.horizons)  # fmt: skip
+        each = "; ".join(f"{h}: {rules.interval(study.between(a, b, h))}" for h in study.horizons)
         lines.append(f"- **{wording}: {verdict}.**{rules.why(verdict)} {a} − {b} by horizon: {each}; at {short} − at "
                      f"{long}: {rules.interval(trend, tost=True)}.")  # fmt: skip
     gain = paired_difference(study.values(NO_WARMUP, long), study.values(WARMUP, long), MARGIN)
