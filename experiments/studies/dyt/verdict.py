@@ -60,7 +60,10 @@ def family_verdicts(family: str, sweep_dir: Path, label: str | None = None) -> l
     dyt = [diff(best[s], s) for s in sizes]
     # the α0 not chosen could have won from a better rate: a claim about DyT at its best α0 needs every α0 bracketed
     every_alpha = [rules.bracketing(unbracketed, [f"{n},size={s}" for n in dyts]) for s in sizes]
-    matches = rules.combine([rules.decide(rules.equivalence(c, worse), g, a) for (c, g), a in zip(dyt, every_alpha)])
+    # the spec: a claim is inconclusive by the bracketing rule when any cell it compares is unbracketed, so the guards
+    # apply to the claim, not size by size (a clean size's "not reproduced" does not override them)
+    guards = [guard for (_, g), a in zip(dyt, every_alpha) for guard in (g, a)]
+    matches = rules.decide(rules.combine([rules.equivalence(c, worse) for c, _ in dyt]), *guards)
     at = lambda cs: "; ".join(f"{s}: {rules.interval(c, tost=True)}" for s, (c, _) in zip(sizes, cs))  # noqa: E731
     chosen = ", ".join(f"{best[s]} at {s}" for s in sizes) if len(dyts) > 1 else dyts[0]
     lines = [f"- **{family}: DyT matches LayerNorm: {matches}.**{rules.why(matches)} DyT ({chosen}) − layernorm "
@@ -68,7 +71,9 @@ def family_verdicts(family: str, sweep_dir: Path, label: str | None = None) -> l
     if len(dyts) == 2:
         alpha = [diff(dyts[0], s, dyts[1]) for s in sizes]
         # "α0-sensitive": a CI excluding 0 at either size; not reproduced if equivalent at both
-        sensitive = rules.combine([rules.decide(rules.differs(c), g) for c, g in alpha], positive="any", negative="all")
+        sensitive = rules.decide(
+            rules.combine([rules.differs(c) for c, _ in alpha], positive="any", negative="all"), *(g for _, g in alpha)
+        )
         lines.append(f"- **{family}: α0-sensitive: {sensitive}.**{rules.why(sensitive)} {dyts[0]} − {dyts[1]} on "
                      f"{metric}: {at(alpha)}.")  # fmt: skip
     lines.append(f"- {family}: rmsnorm − layernorm on {metric}: {at([diff('rmsnorm', s) for s in sizes])}.")

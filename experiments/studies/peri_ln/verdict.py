@@ -55,12 +55,14 @@ def _claims(cells: Cells, unbracketed: Unbracketed, depths: list[str], label: st
     loss = [_against_pre(cells, "peri", d, LOSS) for d in depths]
     growth = [_against_pre(cells, "peri", d, GROWTH) for d in depths]
 
+    # the spec: each claim is inconclusive by the bracketing rule when any cell it compares is unbracketed, so the
+    # guards apply to the claim, not depth by depth (a clean depth's "not reproduced" does not override them)
     def below(comparisons: list[Comparison]) -> rules.Verdict:
-        return rules.combine([rules.decide(rules.direction(c, "below"), g) for c, g in zip(comparisons, guards)])
+        return rules.decide(rules.combine([rules.direction(c, "below") for c in comparisons]), *guards)
 
     spikes = {(p, d): int(sum(cells[p, d].values(SPIKES).values())) for p in ("pre", "peri") for d in depths}
-    more = all(spikes["pre", d] > spikes["peri", d] for d in depths)
-    spike = (rules.decide(rules.holds(more, "more spikes in Pre-LN at every depth"), *guards) if any(spikes.values())
+    by_depth = rules.combine([_spikes_more(spikes["pre", d], spikes["peri", d], d) for d in depths])
+    spike = (rules.decide(by_depth, *guards) if any(spikes.values())
              else rules.Verdict(rules.INCONCLUSIVE, "no final run spiked"))  # fmt: skip
     counted = [f"{spikes['pre', d]} against {spikes['peri', d]}" for d in depths]
     beats, flat = below(loss), below(growth)
@@ -73,6 +75,14 @@ def _claims(cells: Cells, unbracketed: Unbracketed, depths: list[str], label: st
         f"- **{label}Pre-LN spikes more: {spike}.**{rules.why(spike)} Loss spikes over the final runs (z > 6 over 50 "
         f"steps), Pre against Peri: {_at(depths, counted)}.",
     ]
+
+
+def _spikes_more(pre: int, peri: int, depth: str) -> rules.Verdict:
+    """The claim "Pre-LN spikes more" at one depth: a count, no test; a depth where neither placement spiked
+    tells nothing."""
+    if not pre and not peri:
+        return rules.Verdict(rules.INCONCLUSIVE, f"no final run spiked at {depth}")
+    return rules.holds(pre > peri, f"more spikes in Pre-LN at {depth}")
 
 
 def _at(depths: list[str], values) -> str:

@@ -83,11 +83,13 @@ def test_the_better_alpha_is_chosen_by_the_mean_over_seeds_at_each_size(tmp_path
 
 def test_a_comparison_touching_an_unbracketed_cell_is_inconclusive_by_rule(tmp_path):
     """DyT far worse than LayerNorm at d32 would be "not reproduced", but LayerNorm's search chose its top rate
-    there: a better rate may lie beyond, so the claim is inconclusive by the bracketing rule, naming the cell."""
+    there: a better rate may lie beyond, so the claim is inconclusive by the bracketing rule, naming the cell. The
+    spec guards the claim, not each size: d64 alone, bracketed and worse, does not override it."""
     vit = write_sweep(tmp_path / "vit", VIT | {"dyt-a0.5": 0.90}, ("d32", "d64"), "test/acc",
                       at_edge={("layernorm", "d32")})  # fmt: skip
     lines = verdict.verdicts(write_sweep(tmp_path / "gpt", GPT), vit)
-    assert lines[3].startswith("- **vit: DyT matches LayerNorm: not reproduced.**")  # d64 alone shows it, bracketed
+    assert lines[3].startswith("- **vit: DyT matches LayerNorm: inconclusive by the bracketing rule.** (unbracketed: "
+                               "layernorm,size=d32 (lr))")  # fmt: skip
     vit = write_sweep(tmp_path / "vit2", VIT | {"dyt-a0.5": 0.90}, ("d32", "d64"), "test/acc",
                       at_edge={("layernorm", "d32"), ("dyt-a0.5", "d64")})  # fmt: skip
     lines = verdict.verdicts(write_sweep(tmp_path / "gpt", GPT), vit)

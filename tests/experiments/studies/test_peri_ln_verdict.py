@@ -127,3 +127,20 @@ def test_a_post_hoc_placement_other_than_peri_is_compared_with_pre_ln(tmp_path):
         " its reordered − the pre-registered one on test/loss, paired by seed",
     ]
     assert "L4: +0.020 [" in post_hoc[0] and "L4: +0.040 [" in post_hoc[1]  # 1.62 − 1.60 and 1.62 − 1.58
+
+
+def test_a_clean_depth_against_the_claim_does_not_override_an_unbracketed_one(tmp_path):
+    """The spec: a claim is inconclusive by the bracketing rule when any cell it compares is unbracketed, even when
+    the other depth alone would refute it (Peri-LN worse at L8, Pre-LN's L4 search left open)."""
+    lines = verdict.verdicts(write_sweep(tmp_path, LOSS | {"peri": 1.70}, GROWTH, at_edge={("pre", "L4")}))
+    assert lines[0].startswith("- **Peri-LN beats Pre-LN: inconclusive by the bracketing rule.** (unbracketed: "
+                               "pre@L4 (lr))")  # fmt: skip
+
+
+def test_spikes_are_judged_depth_by_depth(tmp_path):
+    """A depth where neither placement spiked tells nothing: Pre-LN spiking more at L8 alone is inconclusive, not
+    "not reproduced"; Peri-LN spiking more at one depth refutes the claim."""
+    lines = verdict.verdicts(write_sweep(tmp_path, LOSS, GROWTH, {("pre", "L8"): 1}))
+    assert lines[2].startswith("- **Pre-LN spikes more: inconclusive.**")
+    lines = verdict.verdicts(write_sweep(tmp_path, LOSS, GROWTH, {("peri", "L8"): 1}))
+    assert lines[2].startswith("- **Pre-LN spikes more: not reproduced.**")
