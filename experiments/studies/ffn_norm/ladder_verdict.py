@@ -8,6 +8,7 @@ rule (`analysis.decisions`), and so is the trend that rests on every size.
 
 from __future__ import annotations
 
+import math
 from pathlib import Path
 
 import numpy as np
@@ -49,19 +50,26 @@ def verdicts(sweep_dir: Path) -> list[str]:
         label = "yes" if present[-1] else f"no{rules.why(shown)}" if shown.guard else "no"
         rows.append(f"| {size} | {n:,.0f} | {interval(d)} | {label} |")
     t = trend(leads)
-    # the lead is negative: a falling slope is a lead that grows
-    label = rules.ladder_trend(t.low, t.high).relabel({"falls": "grows", "rises": "shrinks"})
-    if label.label == rules.INCONCLUSIVE and all(present):
-        label = rules.Verdict("holds")
-    label = rules.decide(label, *guards)
+    label = rules.decide(_trend_label(t.low, t.high, all(present)), *guards)
+    by_t = rules.decide(_trend_label(t.t_low, t.t_high, all(present)), *guards)
+    check = ("no interval while a size has one seed" if math.isnan(t.t_low) else "the same label"
+             if by_t.label == label.label else f"by which it would read {by_t.label}")  # fmt: skip
     return [
         f"- **The gated FFNs' lead with size: {label}.**{rules.why(label)} Slope of the lead (mean(SwiGLU, GeGLU) − "
         f"mean(ReLU, GELU) on {METRIC}) against ln(non-embedding parameters): {t.slope:+.4f} per e-fold "
-        f"[{t.low:+.4f}, {t.high:+.4f}] (bootstrap over seeds); the lead is present (CI below 0, bracketed) at "
+        f"[{t.low:+.4f}, {t.high:+.4f}] (bootstrap over seeds; Welch t, a check beside the rule: "
+        f"[{t.t_low:+.4f}, {t.t_high:+.4f}], {check}); the lead is present (CI below 0, bracketed) at "
         f"{sum(present)} of {len(ladder.sizes)} sizes.",
         "",
         *rows,
     ]
+
+
+def _trend_label(low: float, high: float, present_everywhere: bool) -> rules.Verdict:
+    """The spec's trend rule on a slope interval: the lead is negative, so a falling slope is a lead that grows;
+    "holds" when the interval holds 0 and the lead is present at every size."""
+    label = rules.ladder_trend(low, high).relabel({"falls": "grows", "rises": "shrinks"})
+    return rules.Verdict("holds") if label.label == rules.INCONCLUSIVE and present_everywhere else label
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -135,3 +135,33 @@ def test_the_trend_recovers_a_planted_slope():
     planted = {n: [0.1 * float(__import__("math").log(n)) + e for e in (-0.01, 0.0, 0.01)] for n in SIZES.values()}
     t = trend(planted)
     assert t.slope == pytest.approx(0.1, abs=1e-9) and t.low < 0.1 < t.high
+
+
+def test_the_welch_interval_is_the_two_sample_one_at_two_sizes():
+    """At two sizes the slope is (mean₂ − mean₁)/(x₂ − x₁): its t interval is Welch's for the difference of the
+    two means, scaled by 1/(x₂ − x₁)."""
+    from scipy import stats
+
+    a, b = [0.10, 0.13, 0.08], [0.02, -0.01, 0.05, 0.03]
+    t = trend({1e5: a, 1e6: b})
+    ci = stats.ttest_ind(b, a, equal_var=False).confidence_interval(0.95)
+    dx = __import__("math").log(10.0)
+    assert (t.t_low, t.t_high) == pytest.approx((ci.low / dx, ci.high / dx), rel=1e-9)
+
+
+def test_the_welch_interval_is_wider_than_the_bootstrap_with_three_seeds():
+    """The reason it is shown beside the pre-registered bootstrap: with 3 seeds a size the bootstrap runs narrow."""
+    planted = {n: [0.1 * float(__import__("math").log(n)) + e for e in (-0.01, 0.0, 0.012)] for n in SIZES.values()}
+    t = trend(planted)
+    assert t.t_low < t.low < t.slope < t.high < t.t_high
+    one_seed = trend({1e5: [0.1], 1e6: [0.2, 0.3]})
+    assert one_seed.t_low != one_seed.t_low  # NaN: no variance from one seed
+
+
+def test_the_ffn_verdict_shows_the_welch_check_and_says_when_its_label_differs(tmp_path, monkeypatch):
+    monkeypatch.setattr(ladder_trend, "BOOTSTRAP", 500)
+    lines = ffn.verdicts(write_ladder(tmp_path / "a", ffn_values(lambda n: -0.05)))
+    assert "(bootstrap over seeds; Welch t, a check beside the rule: [" in lines[0] and "the same label" in lines[0]
+    monkeypatch.setattr(ladder_trend, "welch", lambda x, values, point: (point - 1.0, point - 0.5))
+    lines = ffn.verdicts(write_ladder(tmp_path / "b", ffn_values(lambda n: -0.05)))
+    assert lines[0].startswith("- **The gated FFNs' lead with size: holds.**") and "would read grows" in lines[0]
