@@ -65,13 +65,17 @@ def check_same_sweep(out_dir: Path, spec: Spec, checked: dict[str, CheckedCell])
     old, new = json.loads(path.read_text()), sweep_info(spec, checked)
     # checkpoints, a tuned sweep's search (its grid, cap, metric, seeds: which points run) and the horizons (where
     # the stable runs stop and save) must not move
-    changed = [key for key in ("checkpoint_every", "tune") if old.get(key) != new.get(key)]
+    changed = [f"checkpoint_every ({old.get('checkpoint_every')} -> {new.get('checkpoint_every')})"]
+    changed = changed if old.get("checkpoint_every") != new.get("checkpoint_every") else []
+    changed += ["tune"] if old.get("tune") != new.get("tune") else []
     if (old.get("horizons") or {}).get("steps") != (new.get("horizons") or {}).get("steps"):
         changed.append("horizons")
     old_cells = {c["name"]: c for c in old.get("cells", [])}
     shared = {c["name"]: c for c in new["cells"] if c["name"] in old_cells}
     if all(RESOLVED in old_cells[name] for name in shared):
         changed += _changed_cells({name: old_cells[name][RESOLVED] for name in shared}, shared)
+    if all(RESOLVED in cell for cell in old_cells.values()):
+        changed += _changed_settings(list(old_cells.values()), new["cells"])
     else:
         changed += _changed_spec(old, new, shared)
     if changed:
@@ -95,6 +99,32 @@ def _changed_cells(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]
             more = f", {len(keys) - SHOWN_DIFFERENCES} more" if len(keys) > SHOWN_DIFFERENCES else ""
             changed.append(f"cell {name} ({'; '.join(shown)}{more})")
     return changed
+
+
+def _changed_settings(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> list[str]:
+    """`every cell's KEY (old -> new)` for each setting that no cell of either sweep overrides, that every cell of
+    each sweep shares, and that the two sweeps set differently: added cells must be run as the folder's were, even
+    when no cell name is shared (a different spec pointed at the folder)."""
+    axes = {_resolved_key(key) for cell in old + new for key in cell["overrides"]}
+    before, after = _shared(c[RESOLVED] for c in old), _shared(c[RESOLVED] for c in new)
+    keys = [k for k in after if k in before and k not in axes and before[k] != after[k]]
+    shown = [f"{k}: {before[k]!r} -> {after[k]!r}" for k in keys[:SHOWN_DIFFERENCES]]
+    more = f", {len(keys) - SHOWN_DIFFERENCES} more" if len(keys) > SHOWN_DIFFERENCES else ""
+    return [f"settings of every cell ({'; '.join(shown)}{more})"] if keys else []
+
+
+def _shared(configs) -> dict[str, Any]:
+    """The flat keys every config sets to one value, with that value."""
+    flats = [_flat(config) for config in configs]
+    if not flats:
+        return {}
+    return {k: v for k, v in flats[0].items() if all(k in f and f[k] == v for f in flats[1:])}
+
+
+def _resolved_key(override: str) -> str:
+    """A spec's `model.arch.d_model` as the resolved config spells it, `model.init_args.arch.d_model`."""
+    head, _, rest = override.partition(".")
+    return f"{head}.init_args.{rest}" if head in ("model", "data") and rest and rest != "class_path" else override
 
 
 def _changed_spec(old: dict[str, Any], new: dict[str, Any], shared: dict[str, dict[str, Any]]) -> list[str]:

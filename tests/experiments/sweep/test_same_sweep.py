@@ -72,8 +72,24 @@ def test_more_cells_and_seeds_are_the_same_sweep(tmp_path, tiny_spec):
     write_sweep_json(out, tiny_spec(tmp_path / "spec.yaml", grid=GRID))
     more = {"model.arch.pos_encoding": ["learned", "alibi", "rope"]}
     check_same_sweep(out, *checked(tiny_spec(tmp_path / "more.yaml", grid=more, seeds=[0, 1, 2])))
-    with pytest.raises(SpecError, match="checkpoint_every"):
+    with pytest.raises(SpecError, match=r"checkpoint_every \(2 -> 4\)"):
         check_same_sweep(out, *checked(tiny_spec(tmp_path / "every.yaml", grid=GRID, checkpoint_every=4)))
+
+
+def test_a_different_spec_with_no_shared_cell_is_refused_by_its_settings(tmp_path, tiny_spec):
+    """A spec whose cells the folder does not have would once pass (only shared cells were compared) and mix two
+    sweeps: the settings every cell of each shares must agree; the axes they vary may differ."""
+    out = tmp_path / "out"
+    write_sweep_json(out, tiny_spec(tmp_path / "spec.yaml", grid=GRID))
+    norms = {"model.arch.norm": ["layernorm", "rmsnorm"]}
+    other = tiny_spec(tmp_path / "other.yaml", more_fixed={"trainer.max_steps": 8}, grid=norms)
+    with pytest.raises(SpecError, match=r"settings of every cell \(trainer.max_steps: 12 -> 8\)"):
+        check_same_sweep(out, *checked(other))
+    check_same_sweep(out, *checked(tiny_spec(tmp_path / "norms.yaml", grid=norms)))  # same settings: more cells
+    # one cell, then another of the same axis: the value each sweep keeps constant is an axis, not a setting
+    single = tmp_path / "single"
+    write_sweep_json(single, tiny_spec(tmp_path / "a.yaml", grid={"model.arch.pos_encoding": ["learned"]}))
+    check_same_sweep(single, *checked(tiny_spec(tmp_path / "b.yaml", grid={"model.arch.pos_encoding": ["alibi"]})))
 
 
 def test_an_argument_only_one_side_has_is_not_compared(tmp_path, tiny_spec):
