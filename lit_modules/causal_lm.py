@@ -153,13 +153,14 @@ class CausalLM(TaskModule):
             scores = self.exact_match.compute()
         for metric in (*self.val_loss, self.val_ppl):
             metric.reset()
+        unfit = [f"{self.eval_stage}/{self.val_names[idx]}" for idx in sorted(losses) if idx in self.unfit]
+        if unfit and self.trainer.global_step == 0:  # once, for every length past the table
+            warnings.warn(
+                f"{', '.join(unfit)}: learned positions end at max_seq_len={self.max_positions}, so these are "
+                "logged as nan; evaluate at lengths up to it (--data.eval_lengths) or use positions that extrapolate"
+            )
         for idx in sorted(losses):
             if idx in self.unfit:
-                if self.trainer.global_step == 0:
-                    warnings.warn(
-                        f"{self.eval_stage}/{self.val_names[idx]}: learned positions end at "
-                        f"max_seq_len={self.max_positions}; logged as nan"
-                    )
                 losses[idx] = torch.tensor(math.nan, device=self.device)
             if self.val_names.get(idx):
                 self.log(f"{self.eval_stage}/{self.val_names[idx]}", losses[idx])

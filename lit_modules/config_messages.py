@@ -62,9 +62,11 @@ def class_keys(class_path: str) -> list[str]:
 
 
 def did_you_mean(key: str, known: list[str]) -> str:
-    """`; did you mean trainer.max_steps?` for a key that abbreviates or misspells known ones, else ''."""
+    """`; did you mean trainer.max_steps?` for a key that abbreviates, misspells or leaves off the groups of known
+    ones (`max_steps`), else ''."""
     longer = [k for k in known if k.startswith(key)]
-    close = longer or difflib.get_close_matches(key, known, n=3, cutoff=0.75)
+    leaf = [k for k in known if "." not in key and k.rsplit(".", 1)[-1] == key]
+    close = longer or leaf or difflib.get_close_matches(key, known, n=3, cutoff=0.75)
     if not close:
         return ""
     note = " (keys are not abbreviated)" if longer else ""

@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import argparse
+import shutil
+import sys
 from pathlib import Path
 
 from experiments.analysis.sweep_report import build_report
@@ -15,9 +17,21 @@ def main(argv: list[str]) -> int:
     parser.add_argument("dir", type=Path, help="a sweep folder (holding results.csv)")
     args = parser.parse_args(argv)
     if not (args.dir / LEDGER_NAME).exists():
-        print(f"error: {args.dir / LEDGER_NAME} not found", flush=True)
+        above = next((d for d in args.dir.resolve().parents if (d / LEDGER_NAME).exists()), None)
+        hint = f": {args.dir} is inside the sweep folder {above}; pass that" if above else ""
+        print(f"error: {args.dir / LEDGER_NAME} not found{hint}", flush=True)
         return 2
     print(build_report(args.dir))
     print(f"\nReport: {args.dir / REPORT_NAME}")
-    print(f"TensorBoard (current runs, cell comparison, HParams): tensorboard --logdir {args.dir / SUMMARY_DIR}")
+    print(f"TensorBoard (current runs, cell comparison, HParams): {tensorboard_command(args.dir / SUMMARY_DIR)}")
     return 0
+
+
+def tensorboard_command(logdir: Path | str) -> str:
+    """The command that opens `logdir` from here: `tensorboard` where it is on PATH, else the one installed
+    beside this interpreter (the Makefile's `.venv/bin/tensorboard`, not on PATH unless the venv is active)."""
+    beside = Path(sys.executable).with_name("tensorboard")
+    if shutil.which("tensorboard") or not beside.exists():
+        return f"tensorboard --logdir {logdir}"
+    shown = beside.relative_to(Path.cwd()) if beside.is_relative_to(Path.cwd()) else beside
+    return f"{shown} --logdir {logdir}"

@@ -21,6 +21,7 @@ from experiments.analysis.sweep_report import build_report
 from experiments.records.layout import REPORT_NAME, SUMMARY_DIR
 from experiments.sweep import SpecError, SweepOutcome, plan_sweep
 from experiments.sweep.launchers import LAUNCHERS
+from tools.report import tensorboard_command
 
 
 def jobs_value(text: str) -> int | str:
@@ -65,7 +66,7 @@ def say(outcome: SweepOutcome, rerun: list[str]) -> None:
         print(f"\n{build_report(outcome.out_dir)}\n")
         print(f"Ledger:      {_shown(outcome.ledger)}")
         print(f"Report:      {_shown(outcome.out_dir / REPORT_NAME)}")
-        print(f"TensorBoard: tensorboard --logdir {_shown(outcome.out_dir / SUMMARY_DIR)}")
+        print(f"TensorBoard: {tensorboard_command(_shown(outcome.out_dir / SUMMARY_DIR))}")
     if outcome.claimed:
         print(f"{len(outcome.claimed)} run(s) skipped: another live process has claimed them (the report covers "
               "what ended):", *(f"  {name}: {why}" for name, why in outcome.claimed), sep="\n")  # fmt: skip

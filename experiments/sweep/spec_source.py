@@ -9,6 +9,7 @@ names the key as merged, and `Lines` says in which file and on which line that k
 
 from __future__ import annotations
 
+import difflib
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -65,8 +66,10 @@ def known_keys(
         raise Located(f"{lines.at(*keys)}: {where}: needs a mapping with keys {list(valid)}, got {value!r}")
     unknown = [k for k in value if k not in valid]
     if unknown:
+        close = difflib.get_close_matches(str(unknown[0]), [str(v) for v in valid], n=1, cutoff=0.75)
+        hint = f"; did you mean {close[0]!r}?" if close else ""
         raise Located(
-            f"{lines.at(*keys, str(unknown[0]))}: {where}: unknown {what} {unknown}; valid keys: {list(valid)}"
+            f"{lines.at(*keys, str(unknown[0]))}: {where}: unknown {what} {unknown}{hint}; valid keys: {list(valid)}"
         )
     return dict(value)
 

@@ -40,8 +40,13 @@ def _fit(pos: str, tmp_path, lr: float = 3e-3, callbacks=()):
 
 
 @pytest.mark.parametrize("pos", ["learned", "alibi"])
-def test_loss_at_every_length(pos, tmp_path):
+def test_loss_at_every_length(pos, tmp_path, recwarn):
     metrics = _fit(pos, tmp_path).callback_metrics
+    said = [str(w.message) for w in recwarn if "learned positions end at" in str(w.message)]
+    # one warning for every length past the table, with the fix
+    assert said == (["val/loss@32, val/loss@64: learned positions end at max_seq_len=16, so these are logged as nan; "
+                     "evaluate at lengths up to it (--data.eval_lengths) or use positions that extrapolate"]
+                    if pos == "learned" else [])  # fmt: skip
     assert metrics["val/loss"] == metrics["val/loss@16"]
     assert metrics["val/bpt"] == pytest.approx(float(metrics["val/loss"]) / math.log(2))
     assert math.isfinite(metrics["val/ppl"])

@@ -67,7 +67,7 @@ def test_blocks_are_parsed_into_their_dataclasses(tmp_path):
         (
             BASE + GRID + "tune:\n  grid: {optim.lr: [0.001, 0.003]}\n  extnd: 1\n",
             7,
-            r"tune: unknown key\(s\) \['extnd'\]; valid keys: \['grid', 'extend'",
+            r"tune: unknown key\(s\) \['extnd'\]; did you mean 'extend'\?; valid keys: \['grid', 'extend'",
         ),
         (BASE + GRID + "pretrained: {spec: p.yaml, files: {}, run: 0}\n", 5, r"pretrained: unknown key\(s\) \['run'\]"),
         (BASE + "cells:\n  - {name: a}\n  - {name: -b, model.arch.norm: rmsnorm}\n", 4, r"cells\[1\]: name '-b'"),

@@ -35,6 +35,11 @@ def test_bad_value_fails_before_any_run(tmp_path, tiny_spec, capsys):
             ["model.arch.pos_enc: unknown key; did you mean model.arch.pos_encoding?"],
         ),
         ({"grid": {"data.batch_sise": [4]}}, ["data.batch_sise: unknown key; did you mean data.batch_size?"]),
+        (
+            {"grid": {"model.arch.norm": ["layernorm"]}, "more_fixed": {"max_steps": 5}},
+            ["max_steps: unknown key; did you mean trainer.max_steps?"],
+        ),
+        ({"grid": {"model.arch.norm": ["layernorm"]}, "seed": [0]}, ["['seed']; did you mean 'seeds'?; valid keys"]),
         ({"grid": {"model.arch.norm": ["batchnorm"]}}, ["model.arch.norm: 'batchnorm' is not valid; choose one of"]),
     ],
     ids=[
@@ -46,6 +51,8 @@ def test_bad_value_fails_before_any_run(tmp_path, tiny_spec, capsys):
         "abbreviated-fixed-key",
         "abbreviated-axis",
         "misspelt-key",
+        "key-without-its-group",
+        "misspelt-top-level-key",
         "bad-choice",
     ],
 )
