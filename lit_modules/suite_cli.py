@@ -222,6 +222,13 @@ def in_sweep() -> bool:
     return bool(os.environ.get(SWEEP_DIR_VAR))
 
 
+class _NoAdverts(logging.Filter):
+    """Drops Lightning's tips for its hosted services (`💡 Tip: ... litlogger / litmodels`), printed by every run."""
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not str(record.msg).startswith("💡 Tip:")
+
+
 def cli_main(args: list[str] | None = None, run: bool = True, cli_class: type[SuiteCLI] = SuiteCLI) -> SuiteCLI:
     """Builds the suite's CLI; `cli_class` lets a tool reuse these settings (the sweep's parse-only check).
 
@@ -236,6 +243,10 @@ def cli_main(args: list[str] | None = None, run: bool = True, cli_class: type[Su
     if in_sweep():
         for name in LIGHTNING_LOGGERS:
             logging.getLogger(name).setLevel(logging.WARNING)
+    # on the logger that emits them (`rank_zero_info`'s): a parent logger's filters miss what its children log
+    for emitter in (logging.getLogger(f"{name}.utilities.rank_zero") for name in LIGHTNING_LOGGERS):
+        if not any(isinstance(f, _NoAdverts) for f in emitter.filters):
+            emitter.addFilter(_NoAdverts())
     try:
         load_plugins(plugin_names(_words(args)))
         return cli_class(

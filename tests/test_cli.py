@@ -50,3 +50,17 @@ def test_vocab_size_linked_from_data(tmp_path):
     )
     assert cli.model.model.cfg.vocab_size == cli.datamodule.vocab_size
     assert cli.model.data_info["seq_len"] == cli.datamodule.seq_len
+
+
+def test_lightnings_service_tips_are_dropped_and_its_other_lines_kept(tmp_path):
+    """Every run printed two `💡 Tip:` adverts for Lightning's hosted services; its other info lines stay."""
+    import logging
+
+    cli_main([*GPT, "--trainer.fast_dev_run", "1", "--trainer.default_root_dir", str(tmp_path)], run=False)
+    emitter = logging.getLogger("lightning.pytorch.utilities.rank_zero")  # where rank_zero_info logs
+
+    def shown(message: str) -> bool:
+        return bool(emitter.filter(logging.LogRecord(emitter.name, logging.INFO, "", 0, message, None, None)))
+
+    assert not shown("💡 Tip: For seamless cloud logging and experiment tracking, try installing [litlogger]")
+    assert shown("GPU available: False, used: False")
