@@ -38,6 +38,7 @@ from lit_modules.plugin_args import PLUGINS_KEY, plugin_names
 from lit_modules.progress import LineProgress, wants_lines
 from lit_modules.sharded_checkpoints import consolidated, is_sharded_checkpoint
 from lit_modules.sharding import STRATEGY_NAME as FSDP2  # (importing it registers `--trainer.strategy=fsdp2`)
+from lit_modules.trainer_paths import checkpoint_run
 from models.config import ConfigError, plugin_settings
 from models.finetune import check_checkpoint_file
 from models.plugins import load_plugins
@@ -155,6 +156,11 @@ class SuiteCLI(LightningCLI):
             # folder): a validate/test/predict there keeps its config beside it, named for itself
             self.save_config_kwargs = self.save_config_kwargs | {"config_filename": f"{self.subcommand}_config.yaml"}
         config = self.config.get(self.subcommand) if self.subcommand else self.config
+        run = checkpoint_run(config.get("ckpt_path")) if self.subcommand == "predict" else None
+        if run is not None:
+            # a predict logs no metric: without a logger it leaves no events file in the run (nor a new version
+            # folder holding only one), and its config lands beside the predictions it writes there
+            config.trainer.logger, config.trainer.default_root_dir = False, str(run)
         for group in ("model", "data"):
             check_dataclasses(config, group)
 

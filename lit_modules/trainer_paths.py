@@ -19,9 +19,14 @@ def run_dir(trainer: pl.Trainer) -> Path:
 def evaluated_run(trainer: pl.Trainer) -> Path | None:
     """The folder of the run whose checkpoint this command loaded (`<run>/checkpoints/x.ckpt` → `<run>`, as
     ModelCheckpoint and the sweep lay runs out); `None` without a checkpoint, or one kept elsewhere."""
-    if not trainer.ckpt_path:
+    return checkpoint_run(trainer.ckpt_path)
+
+
+def checkpoint_run(ckpt_path: str | Path | None) -> Path | None:
+    """`<run>/checkpoints/x.ckpt` → `<run>`; `None` for no checkpoint, or one kept elsewhere."""
+    if not ckpt_path:
         return None
-    path = Path(trainer.ckpt_path)
+    path = Path(ckpt_path)
     return path.parent.parent if path.parent.name == CHECKPOINTS_DIR else None
 
 

@@ -244,13 +244,16 @@ def test_predict_keeps_the_runs_config(runs, tmp_path_factory, tmp_path):
     """The run's config.yaml re-runs its training: a predict must not replace it with its own (whose
     `return_predictions` key `fit` refuses, and whose predict_file the next predict would inherit)."""
     run = saved_run(runs, "gpt", tmp_path_factory)
-    before = (run / "config.yaml").read_text()
+    before, folders = (run / "config.yaml").read_text(), sorted(run.parent.iterdir())
+    events = sorted(run.glob("events.out.tfevents.*"))
     cli_main(["predict", "--config", str(run / "config.yaml"), "--ckpt_path", str(run / "checkpoints/last.ckpt"),
               *QUIET, f"--data.predict_file={lines(tmp_path, 'The')}"])  # fmt: skip
     after = (run / "config.yaml").read_text()
     (run / "config.yaml").write_text(before)
     assert after == before
     assert "predict_file" in (run / "predict_config.yaml").read_text()  # the predict's own, beside it
+    # it logs no metric: no events file of its own in the run, no new log folder beside it
+    assert sorted(run.glob("events.out.tfevents.*")) == events and sorted(run.parent.iterdir()) == folders
 
 
 def test_predict_under_ddp_writes_the_same_records_once(runs, tmp_path_factory, tmp_path):
