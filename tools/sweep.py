@@ -45,7 +45,8 @@ def parser() -> argparse.ArgumentParser:
     p.add_argument("--jobs", type=jobs_value, default=1, help="runs at a time (not processes): each process of a run "
                    "gets cores // (jobs × processes per run) threads; auto: one single-thread process per core, at "
                    "most one run per run left to do")  # fmt: skip
-    p.add_argument("--threads", type=int, help="torch threads per process instead of the share above")
+    p.add_argument("--threads", type=int, help="torch threads per process instead of the share above (the sweep sets "
+                   "each run's OMP_NUM_THREADS: one exported in this shell is not read)")  # fmt: skip
     p.add_argument("--launcher", choices=LAUNCHERS, default="pool",
                    help="; ".join(f"{name}: {launcher.help}" for name, launcher in LAUNCHERS.items()))  # fmt: skip
     p.add_argument("--no-warm", action="store_true", help="start each run as a fresh interpreter (pool launcher; by "
