@@ -67,7 +67,11 @@ def test_the_block_and_its_defaults(tmp_path):
     [
         ({"from": "d99"}, r"transfer.from: 'd99' is not a size of the ladder; its sizes: \['d32', 'd64', 'd128'\]"),
         ({"from": "d128"}, "is the largest size, where the transfer is verified"),
-        ({"form": "d32"}, r"tune.transfer: unknown key\(s\) \['form'\]; valid keys: \['from', 'rule', 'verify'\]"),
+        (
+            {"form": "d32"},
+            r"tune.transfer: unknown key\(s\) \['form'\]; did you mean 'from'\?; "
+            r"valid keys: \['from', 'rule', 'verify'\]",
+        ),
         ({"rule": {"optim.wd": SP_RULE[LR]}}, r"'optim.wd' is not a tuned key; tuned: \['model.optim.lr'\]"),
         ({"rule": {LR: {"with": "model.arch.n_layers", "power": -1}}}, "not a key the ladder sets"),
         ({"rule": {LR: {"with": "model.arch.d_model", "power": "-1"}}}, r"rule.model.optim.lr.power: needs a number"),
