@@ -65,16 +65,17 @@ def check_same_sweep(out_dir: Path, spec: Spec, checked: dict[str, CheckedCell])
     old, new = json.loads(path.read_text()), sweep_info(spec, checked)
     # checkpoints, a tuned sweep's search (its grid, cap, metric, seeds: which points run) and the horizons (where
     # the stable runs stop and save) must not move
-    changed = [f"checkpoint_every ({old.get('checkpoint_every')} -> {new.get('checkpoint_every')})"]
-    changed = changed if old.get("checkpoint_every") != new.get("checkpoint_every") else []
-    changed += ["tune"] if old.get("tune") != new.get("tune") else []
+    changed = []
+    if old.get("checkpoint_every") != new.get("checkpoint_every"):
+        changed.append(f"checkpoint_every ({old.get('checkpoint_every')} -> {new.get('checkpoint_every')})")
+    if old.get("tune") != new.get("tune"):
+        changed.append("tune")
     if (old.get("horizons") or {}).get("steps") != (new.get("horizons") or {}).get("steps"):
         changed.append("horizons")
     old_cells = {c["name"]: c for c in old.get("cells", [])}
     shared = {c["name"]: c for c in new["cells"] if c["name"] in old_cells}
-    if all(RESOLVED in old_cells[name] for name in shared):
-        changed += _changed_cells({name: old_cells[name][RESOLVED] for name in shared}, shared)
     if all(RESOLVED in cell for cell in old_cells.values()):
+        changed += _changed_cells({name: old_cells[name][RESOLVED] for name in shared}, shared)
         changed += _changed_settings(list(old_cells.values()), new["cells"])
     else:
         changed += _changed_spec(old, new, shared)
