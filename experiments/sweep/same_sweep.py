@@ -96,9 +96,7 @@ def _changed_cells(old: dict[str, dict[str, Any]], new: dict[str, dict[str, Any]
         before, after = _flat(old[name]), _flat(cell[RESOLVED])
         keys = [k for k in after if k in before and before[k] != after[k]]
         if keys:
-            shown = [f"{k}: {before[k]!r} -> {after[k]!r}" for k in keys[:SHOWN_DIFFERENCES]]
-            more = f", {len(keys) - SHOWN_DIFFERENCES} more" if len(keys) > SHOWN_DIFFERENCES else ""
-            changed.append(f"cell {name} ({'; '.join(shown)}{more})")
+            changed.append(f"cell {name} ({_differences(before, after, keys)})")
     return changed
 
 
@@ -109,9 +107,14 @@ def _changed_settings(old: list[dict[str, Any]], new: list[dict[str, Any]]) -> l
     axes = {_resolved_key(key) for cell in old + new for key in cell["overrides"]}
     before, after = _shared(c[RESOLVED] for c in old), _shared(c[RESOLVED] for c in new)
     keys = [k for k in after if k in before and k not in axes and before[k] != after[k]]
+    return [f"settings of every cell ({_differences(before, after, keys)})"] if keys else []
+
+
+def _differences(before: dict[str, Any], after: dict[str, Any], keys: list[str]) -> str:
+    """`key: old -> new; ...` for the first SHOWN_DIFFERENCES keys, then how many more."""
     shown = [f"{k}: {before[k]!r} -> {after[k]!r}" for k in keys[:SHOWN_DIFFERENCES]]
     more = f", {len(keys) - SHOWN_DIFFERENCES} more" if len(keys) > SHOWN_DIFFERENCES else ""
-    return [f"settings of every cell ({'; '.join(shown)}{more})"] if keys else []
+    return "; ".join(shown) + more
 
 
 def _shared(configs) -> dict[str, Any]:
