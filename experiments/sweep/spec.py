@@ -88,6 +88,7 @@ class Spec:
         ladder: the `ladder:` block (`experiments.sweep.ladder`); None without one.
         horizons: the `horizons:` block (`experiments.sweep.horizons`); None without one.
         pretrained: the `pretrained:` block, whose files `fixed` holds; None without one.
+        lines: where each key was written (a cell's error names the line of the setting it is about).
     """
 
     path: Path
@@ -105,6 +106,7 @@ class Spec:
     ladder: Ladder | None = None
     horizons: Horizons | None = None
     pretrained: Pretrained | None = None
+    lines: Lines = field(default_factory=Lines, repr=False, compare=False)
     cell_by_name: dict[str, Cell] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
@@ -290,4 +292,5 @@ def _typed(path: Path, raw: dict[str, Any], lines: Lines) -> Spec:
         ladder=ladder,
         horizons=horizons,
         pretrained=pretrained,
+        lines=lines,
     )

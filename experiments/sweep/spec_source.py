@@ -37,6 +37,11 @@ class Lines:
                 return self.found[keys[:n]]
         return self.file
 
+    def of_setting(self, key: str) -> str:
+        """`file:line` where a run setting (`model.arch.activation`) is first written, in `fixed`, `grid`, a
+        cell or a ladder rung (else the spec's file): where a cell's parse error points."""
+        return next((line for keys, line in self.found.items() if keys[-1] == key and len(keys) > 1), self.file)
+
 
 class Located(SpecError):
     """A SpecError that already names the file and line (`load_spec` adds them to the others)."""

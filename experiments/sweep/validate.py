@@ -184,6 +184,13 @@ def _check_uniform_window(config: Any, horizon: int, start: int) -> None:
                             f"set averaging.last_fraction at most model.optim.decay_fraction")  # fmt: skip
 
 
+def _where(spec: Spec, err: Exception) -> str:
+    """`file:line` of the setting a cell's error starts with (`model.arch.x: unknown key`), else the spec's file."""
+    key = str(err).split(":", 1)[0]
+    where = spec.lines.of_setting(key)
+    return str(spec.path) if where == spec.lines.file else where
+
+
 def check_cell(spec: Spec, cell: Cell) -> tuple[CheckedCell, str]:
     """Parses one cell's arguments; returns what the runner needs and a fingerprint of its config.
 
@@ -203,7 +210,7 @@ def check_cell(spec: Spec, cell: Cell) -> tuple[CheckedCell, str]:
             _check_held_out(config)
         start = branch_start(config, cell.overrides[HORIZON_KEY]) if spec.horizons else None
     except SpecError as err:
-        raise SpecError(f"cell {cell.name!r} ({spec.path}): {err}") from None
+        raise SpecError(f"cell {cell.name!r} ({_where(spec, err)}): {err}") from None
     seed_keys = tuple(f"{g}.init_args.seed" for g in SEEDED_GROUPS if f"{g}.init_args.seed" in config)
     axis_values = {}
     for key in spec.axes:
@@ -218,7 +225,7 @@ def check_cell(spec: Spec, cell: Cell) -> tuple[CheckedCell, str]:
     try:
         shape = run_shape(trainer)
     except ValueError as err:
-        raise SpecError(f"cell {cell.name!r} ({spec.path}): {err}") from None
+        raise SpecError(f"cell {cell.name!r} ({_where(spec, err)}): {err}") from None
     resolved = resolved_config(config)
     checked = CheckedCell(cell, seed_keys, axis_values, shape, resolved, start)
     return checked, json.dumps(resolved, sort_keys=True)

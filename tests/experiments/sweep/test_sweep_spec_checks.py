@@ -90,3 +90,17 @@ def test_cell_names_are_short_and_unique(tmp_path, tiny_spec):
         load_spec(
             tiny_spec(tmp_path / "spec.yaml", grid={"model.optim.lr": [1, 2], "x.y": [1, 2]}, baseline={"x.y": 1})
         )
+
+
+def test_a_cells_error_names_the_line_of_the_setting_in_the_file_that_wrote_it(tmp_path, tiny_spec, capsys):
+    parent = tiny_spec(tmp_path / "parent.yaml", grid={"model.arch.norm": ["layernorm", "groupnorm"]})
+    grid_line = parent.read_text().splitlines().index("  model.arch.norm:") + 1
+    (tmp_path / "misspelt.yaml").write_text("extends: parent.yaml\nfixed:\n  model.arch.activaton: relu\n")
+    (tmp_path / "fine.yaml").write_text("extends: parent.yaml\nseeds: [3]\n")
+    for name, where, message in [
+        ("misspelt.yaml", "misspelt.yaml:3", "model.arch.activaton: unknown key"),  # the extending file's line
+        ("fine.yaml", f"parent.yaml:{grid_line}", "model.arch.norm: 'groupnorm' is not valid"),  # the extended one's
+    ]:
+        assert sweep.main([str(tmp_path / name), "--out", str(tmp_path / "out")]) == 2
+        err = capsys.readouterr().err
+        assert f"({tmp_path / where}): {message}" in err, err
