@@ -98,3 +98,21 @@ def test_each_seeds_sensitivity_pairs_its_own_runs_whatever_order_they_finished_
     _, _, found = searches(ledger, info)
     assert found["a"].points[GRID[0]] == [1.2, 1.5] and found["a"].points[GRID[2]] == [1.3, 1.1]
     assert seed_range(found["a"], GRID, 2.0, False) == " (seeds 0.1667–0.2000)"
+
+
+def test_a_search_still_running_has_no_sensitivity_yet(tmp_path):
+    """A point not yet run is not a diverged one: while a cell searches (no final runs), its row gives no
+    sensitivity (counting the missing points at the cap gave 0.38 for a running cell that ended near 0.04)."""
+    ledger = Ledger(tmp_path / "results.csv", ("phase", "model.optim.lr"))
+    info = {"cells": [{"name": "a", "overrides": {}}], "tune": {"grid": {"model.optim.lr": [p[0] for p in GRID]},
+                                                                 "metric": "val/loss", "seeds": [10]}}  # fmt: skip
+    for i, loss in ((0, 2.0), (1, 1.5)):
+        ledger.put({"cell": f"a~lr={GRID[i][0]}", "seed": "10", "status": "done", "phase": "search",
+                    "model.optim.lr": repr(GRID[i][0]), "val/loss": repr(loss)})  # fmt: skip
+    row = next(line for line in tuning_section(tmp_path, ledger, info)[0].splitlines() if line.startswith("| `a`"))
+    assert row.endswith("| n/a | n/a | search not finished |"), row
+    ledger.put({"cell": f"a~lr={GRID[2][0]}", "seed": "10", "status": "diverged", "phase": "search",
+                "model.optim.lr": repr(GRID[2][0])})  # fmt: skip
+    ledger.put({"cell": "a", "seed": "0", "status": "done", "phase": "final", "model.optim.lr": repr(GRID[1][0])})
+    row = next(line for line in tuning_section(tmp_path, ledger, info)[0].splitlines() if line.startswith("| `a`"))
+    assert "| 0.3333 | yes |" in row, row  # ((2.0 − 1.5) + 0 + (cap 2.0 − 1.5)) / 3: the diverged point at the cap
