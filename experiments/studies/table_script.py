@@ -39,9 +39,9 @@ def run_lines(
     return run(argv, doc, lambda *folders: "\n".join(lines(*folders)) + "\n", filename, post_hoc, into_last, then)
 
 
-def mean_std(values: list[float]) -> str:
-    """`mean ± sample std` to 3 decimals (the mean alone for one value, n/a for none)."""
+def mean_std(values: list[float], digits: int = 3) -> str:
+    """`mean ± sample std` to `digits` decimals (the mean alone for one value, n/a for none)."""
     if not values:
         return "n/a"
-    spread = f" ± {np.std(values, ddof=1):.3f}" if len(values) > 1 else ""
-    return f"{np.mean(values):.3f}{spread}"
+    spread = f" ± {np.std(values, ddof=1):.{digits}f}" if len(values) > 1 else ""
+    return f"{np.mean(values):.{digits}f}{spread}"

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import pytest
 
+from experiments.studies import stream_at_init
 from experiments.studies.dyt import verdict as dyt_verdict
 from experiments.studies.extrapolation import ladder_verdict as extrapolation_ladder_verdict
 from experiments.studies.ffn_norm import ladder_verdict as ffn_ladder_verdict
@@ -45,6 +46,8 @@ TABLES = [
     ("peft", "peft_gpt_tuned", peft_verdict, "tuned_verdict.md", str),
     ("peft", "peft_bert_tuned", peft_verdict, "tuned_verdict.md", str),
     ("peft", "peft_bert_tuned_rerun", peft_verdict, "tuned_verdict.md", str),
+    ("ffn_norm", "ffn_norm_ladder", stream_at_init, "stream_at_init.md", str),
+    ("dyt", "dyt_gpt_rerun", stream_at_init, "stream_at_init.md", str),
 ]
 
 
