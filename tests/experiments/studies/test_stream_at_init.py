@@ -5,6 +5,7 @@ import csv
 import pytest
 
 from experiments.studies import stream_at_init
+from tests.experiments.studies.readme_figures import ROOT
 
 
 def probe(first: float, last: float, growth: float, blocks: int = 11) -> dict:
@@ -47,3 +48,12 @@ def test_main_writes_the_table_next_to_the_ledger(sweep_dir, capsys):
 def test_a_sweep_without_probes_is_refused(write_sweep):
     with pytest.raises(SystemExit, match="no finished final run logged diagnostics/residual_growth"):
         stream_at_init.table(write_sweep({"a": {0: {"val/loss": {9: 2.0}}}}))
+
+
+COMMITTED = sorted(ROOT.glob("experiments/studies/*/results/*/stream_at_init.md"))
+
+
+@pytest.mark.parametrize("path", COMMITTED, ids=lambda p: p.parent.name)
+def test_a_committed_table_is_what_the_script_gives_now(path, monkeypatch):
+    monkeypatch.chdir(ROOT)  # the table names the folder as the README's command gives it, from the root
+    assert stream_at_init.table(path.parent.relative_to(ROOT)) == path.read_text()
