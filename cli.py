@@ -9,10 +9,12 @@ python cli.py prepare -c CONFIG.yaml [--data.KEY VALUE ...]           download /
 python cli.py bench [--smoke] [--sections a,b] [--compile]
 python cli.py samples DIR [--prompt TEXT]                                 one continuation per cell of a sweep
 python cli.py export --config RUN/config.yaml --ckpt_path CKPT --out DIR   the transformers / timm equivalent
+python cli.py parametrization                                           the sp / µP / CompleteP table
 """
 
 from __future__ import annotations
 
+import difflib
 import importlib
 import os
 import sys
@@ -60,10 +62,30 @@ TOOLS = {
 }
 
 
+LIGHTNING_COMMANDS = ("fit", "validate", "test", "predict")
+
+
+def _unknown_command(words: list[str]) -> str | None:
+    """The error for a first word that is no command (LightningCLI's own names only its four subcommands)."""
+    if not words:
+        return "a command is needed"
+    first = words[0]
+    if first.startswith("-") or first in TOOLS or first in LIGHTNING_COMMANDS:
+        return None
+    close = difflib.get_close_matches(first, [*LIGHTNING_COMMANDS, *TOOLS], n=1)
+    return f"unknown command {first!r}" + (f"; did you mean {close[0]}?" if close else "")
+
+
 def main(argv: list[str] | None = None) -> int:
     """Runs a tool or a LightningCLI subcommand; a full disk ends it with one line on stderr (the path, the free
-    space there, what to do) and exit status 1, not a traceback (unless `SUITE_DEBUG` is set)."""
+    space there, what to do) and exit status 1, not a traceback (unless `SUITE_DEBUG` is set). Help (`-h`, or no
+    command) lists every command, the suite's tools with LightningCLI's."""
     words = sys.argv[1:] if argv is None else argv
+    if words[:1] in (["-h"], ["--help"]):
+        print(__doc__)  # then LightningCLI's own help, for its options
+    elif problem := _unknown_command(words):
+        print(f"{__doc__}\nerror: {problem}", file=sys.stderr)
+        return 2
     try:
         if words and words[0] in TOOLS:
             return importlib.import_module(TOOLS[words[0]]).main(words[1:])

@@ -64,3 +64,17 @@ def test_lightnings_service_tips_are_dropped_and_its_other_lines_kept(tmp_path):
 
     assert not shown("💡 Tip: For seamless cloud logging and experiment tracking, try installing [litlogger]")
     assert shown("GPU available: False, used: False")
+
+
+def test_help_lists_the_suites_tools_and_a_misspelt_command_gets_a_suggestion(capsys):
+    import cli
+
+    with pytest.raises(SystemExit):  # LightningCLI's own help follows the suite's list, then exits 0
+        cli.main(["--help"])
+    out = capsys.readouterr().out
+    assert all(f"python cli.py {tool}" in out for tool in cli.TOOLS) and "--print_config" in out
+    assert cli.main(["swep", "x.yaml"]) == 2
+    err = capsys.readouterr().err
+    assert err.strip().endswith("error: unknown command 'swep'; did you mean sweep?") and "python cli.py report" in err
+    assert cli.main([]) == 2
+    assert capsys.readouterr().err.strip().endswith("error: a command is needed")

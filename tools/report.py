@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 from experiments.analysis.sweep_report import build_report
-from experiments.records.layout import LEDGER_NAME, REPORT_NAME, SUMMARY_DIR
+from experiments.records.layout import LEDGER_NAME, REPORT_NAME, SUMMARY_DIR, SWEEP_INFO
 
 
 def main(argv: list[str]) -> int:
@@ -17,14 +17,26 @@ def main(argv: list[str]) -> int:
     parser.add_argument("dir", type=Path, help="a sweep folder (holding results.csv)")
     args = parser.parse_args(argv)
     if not (args.dir / LEDGER_NAME).exists():
-        above = next((d for d in args.dir.resolve().parents if (d / LEDGER_NAME).exists()), None)
-        hint = f": {args.dir} is inside the sweep folder {above}; pass that" if above else ""
-        print(f"error: {args.dir / LEDGER_NAME} not found{hint}", flush=True)
+        print(f"error: {_not_a_sweep(args.dir)}", file=sys.stderr, flush=True)
         return 2
     print(build_report(args.dir))
     print(f"\nReport: {args.dir / REPORT_NAME}")
     print(f"TensorBoard (current runs, cell comparison, HParams): {tensorboard_command(args.dir / SUMMARY_DIR)}")
     return 0
+
+
+def _not_a_sweep(folder: Path) -> str:
+    """Why `folder` has no report, and what to pass or run instead."""
+    above = next((d for d in folder.resolve().parents if (d / LEDGER_NAME).exists()), None)
+    if above:
+        return f"{folder / LEDGER_NAME} not found: {folder} is inside the sweep folder {above}; pass that"
+    if not folder.is_dir():
+        return f"{folder} does not exist; pass a sweep folder (the --out of `cli.py sweep SPEC --out DIR`)"
+    if (folder / SWEEP_INFO).exists():
+        return (f"{folder / LEDGER_NAME} not found: no run of the sweep in {folder} has ended yet; run its sweep "
+                f"command again to resume it")  # fmt: skip
+    return (f"{folder / LEDGER_NAME} not found: {folder} is not a sweep folder; `cli.py sweep SPEC --out {folder}` "
+            f"makes one")  # fmt: skip
 
 
 def tensorboard_command(logdir: Path | str) -> str:

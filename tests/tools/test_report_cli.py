@@ -5,7 +5,7 @@ from __future__ import annotations
 import sys
 from pathlib import Path
 
-from experiments.records.layout import LEDGER_NAME
+from experiments.records.layout import LEDGER_NAME, SWEEP_INFO
 from tools import report
 
 
@@ -31,7 +31,17 @@ def test_a_run_folder_is_refused_with_its_sweep_folder_named(tmp_path, capsys):
     run.mkdir(parents=True)
     (sweep / LEDGER_NAME).write_text("cell,seed,status\n")
     assert report.main([str(run.parent)]) == 2
-    out = capsys.readouterr().out
-    assert f"is inside the sweep folder {sweep.resolve()}; pass that" in out
+    err = capsys.readouterr().err
+    assert f"is inside the sweep folder {sweep.resolve()}; pass that" in err
+
+
+def test_a_folder_that_is_not_a_sweep_says_what_to_pass_or_run(tmp_path, capsys):
     assert report.main([str(tmp_path / "nowhere")]) == 2
-    assert capsys.readouterr().out.strip().endswith(f"{LEDGER_NAME} not found")
+    assert f"{tmp_path / 'nowhere'} does not exist; pass a sweep folder" in capsys.readouterr().err
+    assert report.main([str(tmp_path)]) == 2
+    assert (
+        f"{tmp_path} is not a sweep folder; `cli.py sweep SPEC --out {tmp_path}` makes one" in capsys.readouterr().err
+    )
+    (tmp_path / SWEEP_INFO).write_text("{}")  # started, no run ended yet
+    assert report.main([str(tmp_path)]) == 2
+    assert "no run of the sweep in" in capsys.readouterr().err
