@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import difflib
 import math
 from dataclasses import dataclass, field
 from typing import Any
@@ -170,6 +171,11 @@ def analyse(ledger: Ledger, info: dict[str, Any]) -> Analysis:
             f"{what} differ by {max(params.values()) / min(params.values()) - 1:.1%} between cells "
             f"({low}: {params[low]:,.0f}, {high}: {params[high]:,.0f}); part of a difference may be capacity"
         )
+    if metrics:  # (before any run has ended there is nothing to name)
+        for metric in sorted(margins.keys() - set(metrics)):  # a misspelt margin would otherwise just be absent
+            close = difflib.get_close_matches(metric, metrics, n=1)
+            warnings.append(f"equivalence_margin names `{metric}`, which no compared run logged, so no equivalence "
+                            "test ran for it" + (f"; did you mean `{close[0]}`?" if close else ""))  # fmt: skip
     groups = compare_within(cells, metrics, info, baseline, margins)
     return Analysis(cells, metrics, main, baseline, list(info.get("axes", [])), warnings, margins, groups)
 

@@ -32,6 +32,7 @@ def header_markdown(out_dir: Path, info: dict[str, Any], ledger: Ledger, analysi
     cell (`code`: `CodeCheck.lines`), how to read the tables, warnings."""
     statuses = [r["status"] for r in ledger.rows.values()]
     counts = ", ".join(f"{statuses.count(s)} {s}" for s in ENDED if statuses.count(s))
+    tested = analysis.margins.keys() & set(analysis.metrics)  # a margin on a metric no run logged tests nothing
     header = [
         f"# Sweep report: `{out_dir.name}`",
         "",
@@ -44,7 +45,7 @@ def header_markdown(out_dir: Path, info: dict[str, Any], ledger: Ledger, analysi
             f"mean ± sample std, n, {CONFIDENCE:.0%} CI from Student's t; Δ = cell − baseline, paired by seed, "
             f"with its {CONFIDENCE:.0%} CI; p from a {PAIRED_TEST}; MDE: the smallest true Δ these seeds detect "
             f"with {POWER:.0%} power at α = {1 - CONFIDENCE:.2g} (a null result says nothing about smaller ones)"
-            + (f"; TOST: {EQUIVALENCE_TEST}, equivalent when p < {1 - CONFIDENCE:.2g}" if analysis.margins else "")
+            + (f"; TOST: {EQUIVALENCE_TEST}, equivalent when p < {1 - CONFIDENCE:.2g}" if tested else "")
             + "; n/a below 2 values. ★ best (by mean) per metric."
         ),
     ]

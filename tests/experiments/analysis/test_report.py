@@ -147,6 +147,18 @@ def test_compare_within_groups_and_margins_reach_the_report(sweep_dir):
     assert "| act=gelu | `gelu,rms` | `gelu,ln` |" in text and "| act=relu | `relu,rms` | `relu,ln` |" in text
     accuracy = text.split("### val/acc (higher")[1].split("###")[0]  # the relu cells log none: their group goes
     assert "| act=gelu | `gelu,rms` | `gelu,ln` |" in accuracy and "act=relu" not in accuracy
+    assert "equivalence_margin names" not in text
+    info["equivalence_margin"] = {"val/los": 0.05, "test/bleu": 1.0}  # misspelt; and a metric these runs never log
+    (sweep_dir / "sweep.json").write_text(json.dumps(info))
+    report.main([str(sweep_dir)])
+    text = (sweep_dir / "report.md").read_text()
+    assert "TOST" not in text.split("**Warning")[0]  # no column, and the header names no test
+    assert ("**Warning:** equivalence_margin names `val/los`, which no compared run logged, so no equivalence test "
+            "ran for it; did you mean `val/loss`?") in text  # fmt: skip
+    assert (
+        "equivalence_margin names `test/bleu`, which no compared run logged, so no equivalence test ran for it\n"
+        in text
+    )
 
 
 @pytest.mark.parametrize(
