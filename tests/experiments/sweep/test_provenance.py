@@ -75,6 +75,17 @@ def test_outputs_are_not_code(repo, tmp_path):
     assert git_commit(repo, (repo / "sweeps" / "mine",)) == git_state(repo).commit
 
 
+def test_a_linked_venv_is_not_code(repo, tmp_path):
+    """The project's .gitignore ignores `.venv` whether a folder or a link to a shared one (a clone for a study reuses
+    its parent's venv): with `.venv/`, a link showed as untracked, and every run recorded a dirty commit."""
+    (repo / ".gitignore").write_text((Path(__file__).resolve().parents[3] / ".gitignore").read_text())
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "add", ".gitignore")
+    git(repo, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-q", "-m", "ignore")
+    (tmp_path / "venv").mkdir()
+    (repo / ".venv").symlink_to(tmp_path / "venv")
+    assert not git_state(repo).dirty
+
+
 def test_no_repository(tmp_path):
     assert git_state(tmp_path) is None
     git(tmp_path, "init", "-q")  # a repository without a commit
