@@ -38,6 +38,10 @@ warnings.filterwarnings("ignore", message=r".*isinstance\(treespec, LeafSpec\)` 
 # did not start, several times per command (`samples`: once per cell); the suite's runs are deliberately not (the
 # slurm launcher's are: `srun` starts them, and then Lightning is silent). Its hint also quotes the command line.
 warnings.filterwarnings("ignore", message="The `srun` command is available on your system but is not used")
+# On a mid-epoch resume Lightning warns that the data loader "is not resumable"; the suite's training batches resume
+# mid-epoch themselves, skipping what the restored step consumed (`datamodules.sampling.resumable_batches`; a resumed
+# run ends as an uninterrupted one: tests/experiments/sweep/test_sweep_runs.py), which Lightning cannot see.
+warnings.filterwarnings("ignore", message="You're resuming from a checkpoint that ended before the epoch ended")
 
 from lit_modules.suite_cli import DEBUG_VAR, cli_main  # noqa: E402  (after the flush: importing Lightning starts the pool)
 
