@@ -114,10 +114,13 @@ def group_tables(analysis: Analysis, metric: str) -> str:
 def tables_markdown(analysis: Analysis) -> str:
     """Every metric's table, the main metric first."""
     metrics = ([analysis.main] if analysis.main else []) + [m for m in analysis.metrics if m != analysis.main]
+    nowhere = [m for m in metrics if m != analysis.main and len(_unmeasured(analysis, m)) == len(analysis.cells)]
     parts = []
-    for metric in metrics:
+    for metric in [m for m in metrics if m not in nowhere]:
         direction = "higher is better" if higher_is_better(metric) else "lower is better"
         title = f"### {metric} ({direction}){' — main metric' if metric == analysis.main else ''}"
         groups = group_tables(analysis, metric)
         parts.append(f"{title}\n\n{metric_table(analysis, metric)}" + (f"\n\n{groups}" if groups else ""))
+    if nowhere:  # a column of the ledger no done run filled (a length past learned positions' table): no empty table
+        parts.append(f"Logged by no done run: {_names(nowhere)}.")
     return "\n\n".join(parts)

@@ -12,6 +12,7 @@ abbreviated key, so `trainer.max_step` fails here with the full key suggested in
 from __future__ import annotations
 
 import contextlib
+import glob
 import io
 import json
 import logging
@@ -31,6 +32,7 @@ from lit_modules.suite_cli import SuiteCLI, cli_main
 
 SEEDED_GROUPS = ("data", "model")  # a `seed` argument of these classes gets the run's seed
 SHAPE_KEYS = ("devices", "num_nodes", "accelerator")  # trainer settings that say how many processes a run starts
+INPUT_DIRS = ("train_dir", "val_dir", "test_dir", "data_dir")  # data folders read, not written (`*_files` too)
 
 
 class _ParseOnlyCLI(SuiteCLI):
@@ -135,6 +137,23 @@ def _check_logger(config: Any) -> None:
         raise SpecError(f"trainer.logger must be a TensorBoardLogger (the sweep reads its event files), got {logger!r}")
 
 
+def _check_data_paths(config: Any) -> None:
+    """The data's input files and folders exist where the runs will look (their paths are relative to the
+    repository, where every run starts): a missing one fails here, not once per run."""
+    with contextlib.suppress(KeyError):
+        data = config_value(config, "data")
+        for key, value in (data.get("init_args") or {}).items():
+            if not value or not (key.endswith("_files") or key in INPUT_DIRS):
+                continue
+            for given in [value] if isinstance(value, str) else value:
+                path = ROOT / given
+                if glob.has_magic(str(given)) and not glob.glob(str(path), recursive=True):
+                    raise SpecError(f"data.{key}: the glob {given!r} matches no file (paths are relative to {ROOT})")
+                if not glob.has_magic(str(given)) and not path.exists():
+                    raise SpecError(f"data.{key}: {given} does not exist (paths are relative to {ROOT}); check the "
+                                    "path, or make the file first")  # fmt: skip
+
+
 def _check_held_out(config: Any) -> None:
     """A tuned sweep selects on validation and reports the test split: the two must differ."""
     with contextlib.suppress(KeyError):
@@ -206,6 +225,7 @@ def check_cell(spec: Spec, cell: Cell) -> tuple[CheckedCell, str]:
     try:
         config = parse(cell_args(spec, cell, root=ROOT) + tuned)  # the dataclasses' own checks included
         _check_logger(config)
+        _check_data_paths(config)
         if spec.tune:
             _check_held_out(config)
         start = branch_start(config, cell.overrides[HORIZON_KEY]) if spec.horizons else None

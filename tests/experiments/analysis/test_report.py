@@ -243,3 +243,19 @@ def test_a_cell_whose_done_runs_do_not_log_a_metric_is_named_under_its_table(swe
     assert "| ★ | `rms` | 3/5, 1 diverged, 1 failed | 1.8" in table and "| `one` | 1/5, 4 failed | 2.4000 |" in table
     main = text.split("### val/loss (lower")[1].split("###")[0]
     assert "Not logged" not in main and main.count("| `") == 3  # every cell logs the main metric
+
+
+def test_a_metric_no_done_run_logged_gets_one_line_not_an_empty_table(sweep_dir):
+    """Learned positions log no `val/loss@L` past their table, so a sweep of them has those ledger columns empty in
+    every row: one line names them, instead of a table whose every cell is "not logged"."""
+    path = sweep_dir / "results.csv"
+    rows = list(csv.DictReader(path.open()))
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=[*rows[0], "val/loss@256", "val/loss@512"])
+        writer.writeheader()
+        writer.writerows(row | {"val/loss@256": "", "val/loss@512": ""} for row in rows)
+    report.main([str(sweep_dir)])
+    text = (sweep_dir / "report.md").read_text()
+    assert "### val/loss@256" not in text and "### val/loss@512" not in text
+    assert "Logged by no done run: `val/loss@256`, `val/loss@512`." in text
+    assert "### val/loss (lower is better) — main metric" in text

@@ -41,6 +41,20 @@ def test_bad_value_fails_before_any_run(tmp_path, tiny_spec, capsys):
         ),
         ({"grid": {"model.arch.norm": ["layernorm"]}, "seed": [0]}, ["['seed']; did you mean 'seeds'?; valid keys"]),
         ({"grid": {"model.arch.norm": ["batchnorm"]}}, ["model.arch.norm: 'batchnorm' is not valid; choose one of"]),
+        (
+            {
+                "grid": {"model.arch.norm": ["layernorm"]},
+                "more_fixed": {"data.corpus": "files", "data.train_files": "runs/nope.txt"},
+            },
+            ["data.train_files: runs/nope.txt does not exist (paths are relative to"],
+        ),
+        (
+            {
+                "grid": {"model.arch.norm": ["layernorm"]},
+                "more_fixed": {"data.corpus": "files", "data.train_files": ["runs/nope/*.txt"]},
+            },
+            ["data.train_files: the glob 'runs/nope/*.txt' matches no file"],
+        ),
     ],
     ids=[
         "unknown-key",
@@ -54,6 +68,8 @@ def test_bad_value_fails_before_any_run(tmp_path, tiny_spec, capsys):
         "key-without-its-group",
         "misspelt-top-level-key",
         "bad-choice",
+        "missing-data-file",
+        "empty-data-glob",
     ],
 )
 def test_bad_spec_fails_before_any_run(tmp_path, tiny_spec, capsys, entries, expected):
