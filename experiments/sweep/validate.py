@@ -146,7 +146,7 @@ def _check_data_paths(config: Any) -> None:
             if not value or not (key.endswith("_files") or key in INPUT_DIRS):
                 continue
             for given in [value] if isinstance(value, str) else value:
-                path = ROOT / given
+                path = ROOT / Path(given).expanduser()  # (an absolute path stays itself, as ~/... does)
                 if glob.has_magic(str(given)) and not glob.glob(str(path), recursive=True):
                     raise SpecError(f"data.{key}: the glob {given!r} matches no file (paths are relative to {ROOT})")
                 if not glob.has_magic(str(given)) and not path.exists():

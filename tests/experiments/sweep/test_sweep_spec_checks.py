@@ -120,3 +120,15 @@ def test_a_cells_error_names_the_line_of_the_setting_in_the_file_that_wrote_it(t
         assert sweep.main([str(tmp_path / name), "--out", str(tmp_path / "out")]) == 2
         err = capsys.readouterr().err
         assert f"({tmp_path / where}): {message}" in err, err
+
+
+def test_a_data_folder_under_home_is_found_as_the_runs_find_it(tmp_path, tiny_spec, monkeypatch, capsys):
+    """`data_dir: ~/...` is expanded by the DataModules, so the check before the runs expands it too."""
+    monkeypatch.setenv("HOME", str(tmp_path))
+    (tmp_path / "shakespeare").mkdir()
+    data = {"data.corpus": "tinyshakespeare", "data.data_dir": "~/shakespeare"}
+    spec = tiny_spec(tmp_path / "spec.yaml", grid={"model.arch.norm": ["layernorm"]}, more_fixed=data)
+    assert sweep.main([str(spec), "--out", str(tmp_path / "out"), "--dry-run"]) == 0, capsys.readouterr().err
+    (tmp_path / "shakespeare").rmdir()
+    assert sweep.main([str(spec), "--out", str(tmp_path / "out"), "--dry-run"]) == 2
+    assert "data.data_dir: ~/shakespeare does not exist" in capsys.readouterr().err
