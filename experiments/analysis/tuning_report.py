@@ -163,9 +163,12 @@ def tuning_section(out_dir: Path, ledger: Ledger, info: dict[str, Any]) -> tuple
             if search.chosen is None
             else (f"**unbracketed** ({', '.join(unbracketed)})" if unbracketed else "yes")
         )
-        spread = fixed(sensitivity(search, grid, cap, higher)) + seed_range(search, grid, cap, higher)
-        if search.chosen is None:  # a point not yet run is not a diverged one: no sensitivity while it searches
-            spread = "n/a"
+        # a point not yet run is not a diverged one: no sensitivity while the cell searches
+        spread = (
+            "n/a"
+            if search.chosen is None
+            else fixed(sensitivity(search, grid, cap, higher)) + seed_range(search, grid, cap, higher)
+        )
         if search.cell in shared:  # `search_on`, `transfer`: it ran at the point its counterpart's search chose
             points, at_chosen, spread, bracketed = f"on `{shared[search.cell]}`", "—", "—", "—"
         row = [f"`{search.cell}`", *chosen, points, at_chosen, spread, bracketed]
