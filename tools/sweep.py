@@ -6,9 +6,10 @@ Runs a spec (see `experiments.sweep.spec`) with the engine (`experiments.sweep.r
 report (`experiments.analysis.sweep_report`): this tool, above both, composes them. A dirty git tree is named at
 start and its patch kept with every run; a spec with `require_clean: true` refuses it.
 
-Exit status: the number of failed runs (0 when every run is done or diverged, or left to another
-process; capped at 125); 2 for a spec that cannot run (or a dirty tree it refuses); 130 when interrupted.
-A full disk stops the sweep (`experiments.sweep.launchers.pool`) and `cli.py` says so in one line, exit status 1.
+Exit status: 0 when every run is done or diverged (or left to another process); 1 when a full disk stopped the
+sweep (`experiments.sweep.launchers.pool`; `cli.py` says so in one line); 2 for a spec that cannot run (or a dirty
+tree it refuses); 3 when runs failed (their count is the last line); 130 when interrupted. One status per cause, so
+a script can tell a bad spec from failed runs (a count of failed runs would read 2 failures as a bad spec).
 """
 
 from __future__ import annotations
@@ -22,6 +23,8 @@ from experiments.records.layout import REPORT_NAME, SUMMARY_DIR
 from experiments.sweep import SpecError, SweepOutcome, plan_sweep
 from experiments.sweep.launchers import LAUNCHERS
 from tools.report import tensorboard_command
+
+RUNS_FAILED = 3  # the exit status when one or more runs failed
 
 
 def jobs_value(text: str) -> int | str:
@@ -99,4 +102,4 @@ def main(argv: list[str]) -> int:
     except KeyboardInterrupt:
         return 130
     say(outcome, args.rerun)
-    return min(outcome.failed, 125)
+    return RUNS_FAILED if outcome.failed else 0

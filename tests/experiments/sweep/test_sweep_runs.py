@@ -185,7 +185,7 @@ def test_failed_run_recorded_and_retried_only_on_request(killed_sweep):
     failed = by_run(read_rows(out))[("bad_bpe", "0")]
     # the CLI's one-line configuration error, which the ledger keeps as the run's error
     assert failed["status"] == "failed" and failed["error"].startswith("error: data: bpe vocab_size must be >=")
-    assert resumed == again == 1  # exit status: the number of failed runs
+    assert resumed == again == sweep.RUNS_FAILED != 2  # failed runs: not the exit status of a bad spec
     log = (out / "bad_bpe" / "seed0" / "run.log").read_text()
     assert log.count("\n=== ") == 1  # the third invocation did not run it again
     assert len(read_rows(out)) == 3
