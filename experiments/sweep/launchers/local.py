@@ -14,7 +14,7 @@ from experiments.records.ledger import Ledger
 from experiments.sweep.launchers.base import Launch, Launched, OnThisMachine
 from experiments.sweep.launchers.jobs import JOBS_DIR, pending_runs, task_function
 from experiments.sweep.recording import Progress, Recorder
-from experiments.sweep.runner import CLAIMED, Outcome, checkpoint_ok, finished_outcome, plan
+from experiments.sweep.runner import CLAIMED, Outcome, checkpoint_ok, finished_outcome
 from experiments.sweep.runs import Run
 from experiments.sweep.spec_blocks import LauncherOptions
 
@@ -82,7 +82,7 @@ def run_local(
     """
     import submitit
 
-    progress = Progress(len(runs), sum(plan(r, ledger, retry_failed) == "skip" for r in runs), jobs)
+    progress = Progress(runs, ledger, retry_failed, jobs)
     books = Recorder(ledger, axis_values, progress)
     pending = pending_runs(runs, ledger, retry_failed, books)
     if not pending:

@@ -68,7 +68,7 @@ def run_pool(
         The runs skipped because another live process has claimed them, each with its claim's description.
     """
     actions = {run: plan(run, ledger, retry_failed) for run in runs}
-    progress = Progress(len(runs), sum(a == "skip" for a in actions.values()), jobs)
+    progress = Progress(runs, ledger, retry_failed, jobs)
     books = Recorder(ledger, axis_values, progress)
     procs = Processes(Warm() if warm else None)
 

@@ -27,7 +27,7 @@ from experiments.sweep.launchers.base import Launch, Launched
 from experiments.sweep.launchers.jobs import JOBS_DIR, pending_runs, task_function
 from experiments.sweep.recording import Progress, Recorder
 from experiments.sweep.resources import GPU_ACCELERATORS, RunShape
-from experiments.sweep.runner import SUBMITTED_NAME, plan
+from experiments.sweep.runner import SUBMITTED_NAME
 from experiments.sweep.runs import Run
 from experiments.sweep.spec import ROOT, Spec, SpecError
 from experiments.sweep.spec_blocks import LauncherOptions
@@ -171,7 +171,7 @@ def submit_slurm(
     """
     import submitit
 
-    progress = Progress(len(runs), sum(plan(r, ledger, retry_failed) == "skip" for r in runs), 1)
+    progress = Progress(runs, ledger, retry_failed, 1)
     books = Recorder(ledger, axis_values, progress)
     groups: dict[str, list[Run]] = {}
     for run in pending_runs(runs, ledger, retry_failed, books):

@@ -143,7 +143,7 @@ def test_sweep_skips_a_claimed_run_without_running_or_recording_it(tmp_path):
     run = _run(tmp_path)
     write_claim(run.dir, pid=os.getpid(), started="2025-01-01 12:00:00")
     ledger = Ledger(tmp_path / "results.csv")
-    result, started = run_claimed(run, ledger, False, False, Processes(), Progress(1, 0, 1))
+    result, started = run_claimed(run, ledger, False, False, Processes(), Progress([run], ledger, False, 1))
     assert result.status == CLAIMED and "running since 2025-01-01 12:00:00" in result.error and started is None
     assert sorted(p.name for p in run.dir.iterdir()) == [CLAIM_NAME]  # no run.log: nothing started
 
