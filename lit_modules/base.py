@@ -108,6 +108,15 @@ class TaskModule(
         self.peft, self.quantize = peft, quantize
         self.save_hyperparameters(ignore=[*self.predict_args, *self._NOT_HPARAMS])
 
+    @classmethod
+    def check_arguments(cls, args: dict[str, Any]) -> None:
+        """The family's constraints on its arguments (`arch` and the rest, as parsed) that need no data; the CLI
+        calls it right after parsing, so a sweep refuses a cell before any run (ViT: its positional schemes).
+
+        Raises:
+            ValueError: naming the argument and the valid choices.
+        """
+
     def configure_callbacks(self) -> list[pl.Callback]:
         # `cli.py predict` writes predictions.jsonl with no callback to configure; every training run with a logger
         # logs each parameter group's learning rate per step (`lr-AdamW/pg1`, ...: the schedule as it ran)

@@ -117,30 +117,37 @@ def explain_parse_error(err: ArgumentError, known_keys: typing.Callable[[str, st
     return f"{where}: {_readable(message)}" if where else _readable(message)
 
 
-def check_dataclasses(config: Any, group: str) -> None:
+def check_arguments(config: Any, group: str) -> None:
     """Constructs the dataclass-typed arguments of `group`'s class (`model.arch`, `model.optim`), so that
     their cross-field checks (`n_heads` divides `d_model`) fail right after parsing, before any data is
-    built, and in a sweep's parse-only check too.
+    built, and in a sweep's parse-only check too; then the class's own `check_arguments` (a family's
+    constraints, e.g. the positional schemes ViT has), where it has one.
 
     Raises:
-        ConfigError: `<group>.<argument>: <the dataclass's message>`.
+        ConfigError: `<group>.<argument>: <the dataclass's message>`, or `<group>: <the class's message>`.
     """
     entry = config.get(group)
     init_args = entry.get("init_args") if entry is not None and "class_path" in entry else None
     if init_args is None:
         return
     module, _, name = entry.class_path.rpartition(".")
+    cls = getattr(importlib.import_module(module), name)
     try:
-        hints = typing.get_type_hints(getattr(importlib.import_module(module), name).__init__)
+        hints = typing.get_type_hints(cls.__init__)
     except (NameError, TypeError):  # unresolvable annotations: instantiation will check
         return
-    for arg, value in vars(init_args).items():  # top level only: Namespace.items() flattens
+    args = dict(vars(init_args))  # top level only: Namespace.items() flattens
+    for arg, value in args.items():
         kind = hints.get(arg)
         if isinstance(kind, type) and is_dataclass(kind) and hasattr(value, "as_dict"):
             try:
-                kind(**value.as_dict())
+                args[arg] = kind(**value.as_dict())
             except (TypeError, ValueError) as err:
                 raise ConfigError(f"{group}.{arg}: {err}") from err
+    try:
+        getattr(cls, "check_arguments", lambda args: None)(args)
+    except ValueError as err:
+        raise ConfigError(f"{group}: {err}") from err
 
 
 def _user_cause(err: BaseException) -> BaseException | None:

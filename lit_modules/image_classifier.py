@@ -14,7 +14,7 @@ from torchmetrics.classification import MulticlassAccuracy
 
 from models import ArchConfig, ViT
 from models.config import ConfigError
-from models.vit import LearnedLayout, Pooling
+from models.vit import LearnedLayout, Pooling, check_vit_arch
 
 from .base import TaskModule
 from .optim import OptimConfig
@@ -81,6 +81,10 @@ class ImageClassifier(TaskModule):
 
     hparam_metrics = ("val/loss", "val/acc")
     predict_args = ("predict_top_k",)
+
+    @classmethod
+    def check_arguments(cls, args: dict[str, Any]) -> None:
+        check_vit_arch(args.get("arch", ArchConfig()), args.get("learned_layout", "1d"))
 
     def __init__(
         self,

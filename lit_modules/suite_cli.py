@@ -28,7 +28,7 @@ from lit_modules.callbacks import DivergenceGuard, RunMetadata, SaveWhenStopped
 from lit_modules.config_messages import (
     INSTANTIATION_ERRORS,
     as_config_error,
-    check_dataclasses,
+    check_arguments,
     class_keys,
     explain_parse_error,
     option_keys,
@@ -162,7 +162,7 @@ class SuiteCLI(LightningCLI):
             # folder holding only one), and its config lands beside the predictions it writes there
             config.trainer.logger, config.trainer.default_root_dir = False, str(run)
         for group in ("model", "data"):
-            check_dataclasses(config, group)
+            check_arguments(config, group)
 
     def instantiate_classes(self) -> None:
         try:

@@ -153,6 +153,27 @@ def _names(literal) -> str:
     return ", ".join(map(repr, get_args(literal)))
 
 
+def check_vit_arch(cfg: ArchConfig, learned_layout: LearnedLayout = "1d") -> None:
+    """ViT's constraints on its architecture that need no data: run when a ViT is built, and by the CLI right
+    after parsing (`ImageClassifier.check_arguments`), so a sweep refuses the cell before any run starts."""
+    if not cfg.positional.vit_form:
+        raise ValueError(
+            f"pos_encoding={cfg.pos_encoding!r} is not supported by ViT; choose one of "
+            f"{', '.join(map(repr, VIT_POSITIONAL))} ('sinusoidal' is the 2-D sin-cos table)"
+        )
+    if learned_layout not in LEARNED_LAYOUTS:
+        raise ValueError(f"learned_layout={learned_layout!r} is not valid; choose one of {_names(LearnedLayout)}")
+    if learned_layout != "1d" and cfg.pos_encoding != "learned":
+        raise ValueError(
+            f"learned_layout={learned_layout!r} shapes a learned table, but pos_encoding={cfg.pos_encoding!r}; "
+            "set pos_encoding='learned' or leave learned_layout at '1d'"
+        )
+    if cfg.pos_encoding == "sinusoidal":
+        _even_channels(cfg, 4, "2-D sin-cos")
+    if cfg.pos_encoding == "learned" and learned_layout == "2d":
+        _even_channels(cfg, 2, "learned 2-D")
+
+
 class ViT(TransformerModel):
     """Args:
     cfg: architecture; `pos_encoding` is `learned` (a table, see `learned_layout`), `sinusoidal`
@@ -178,22 +199,11 @@ class ViT(TransformerModel):
         learned_layout: LearnedLayout = "1d",
     ):
         super().__init__()
-        if not cfg.positional.vit_form:
-            raise ValueError(
-                f"pos_encoding={cfg.pos_encoding!r} is not supported by ViT; choose one of "
-                f"{', '.join(map(repr, VIT_POSITIONAL))} ('sinusoidal' is the 2-D sin-cos table)"
-            )
+        check_vit_arch(cfg, learned_layout)
         if image_size % patch_size:
             raise ValueError(f"image_size={image_size} is not divisible by patch_size={patch_size}")
         if pool not in ("cls", "mean"):
             raise ValueError(f"pool={pool!r} is not valid; choose one of 'cls', 'mean'")
-        if learned_layout not in LEARNED_LAYOUTS:
-            raise ValueError(f"learned_layout={learned_layout!r} is not valid; choose one of {_names(LearnedLayout)}")
-        if learned_layout != "1d" and cfg.pos_encoding != "learned":
-            raise ValueError(
-                f"learned_layout={learned_layout!r} shapes a learned table, but pos_encoding={cfg.pos_encoding!r}; "
-                "set pos_encoding='learned' or leave learned_layout at '1d'"
-            )
         self.cfg, self.pool, self.learned_layout = cfg, pool, learned_layout
         self.patch_size = patch_size
         grid = image_size // patch_size

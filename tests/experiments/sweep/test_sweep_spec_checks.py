@@ -5,6 +5,7 @@ test_sweep_runs.py."""
 from __future__ import annotations
 
 import pytest
+import yaml
 
 from experiments.sweep.spec import SpecError, load_spec
 from tools import sweep
@@ -132,3 +133,18 @@ def test_a_data_folder_under_home_is_found_as_the_runs_find_it(tmp_path, tiny_sp
     (tmp_path / "shakespeare").rmdir()
     assert sweep.main([str(spec), "--out", str(tmp_path / "out"), "--dry-run"]) == 2
     assert "data.data_dir: ~/shakespeare does not exist" in capsys.readouterr().err
+
+
+def test_a_scheme_the_family_lacks_fails_before_any_run(tmp_path, capsys):
+    """ViT has no rope/alibi/t5: the model class's own check (`check_arguments`) runs in the parse-only check."""
+    spec = tmp_path / "spec.yaml"
+    vit = {
+        "base": ["configs/vit/base.yaml", "configs/vit/tiny.yaml"],
+        "grid": {"model.arch.pos_encoding": ["learned", "alibi"]},
+    }
+    spec.write_text(yaml.safe_dump(vit))
+    assert sweep.main([str(spec), "--out", str(tmp_path / "out"), "--dry-run"]) == 2
+    err = capsys.readouterr().err
+    assert "cell 'pos_encoding=alibi'" in err, err
+    assert "model: pos_encoding='alibi' is not supported by ViT; choose one of 'learned', 'sinusoidal', 'none'" in err
+    assert not (tmp_path / "out").exists()
