@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from contract.git import UNKNOWN
+from contract.run_folder import FINISHED
 from contract.run_record import RunRecordError, read_run_record
 from experiments.analysis.comparison import Analysis
 
@@ -27,7 +28,7 @@ def check_code(out_dir: Path, analysis: Analysis) -> CodeCheck:
     code: dict[str, list[str]] = {}
     plugins: dict[str, list[str]] = {}  # a plugin's file -> its SHA-256 in each run that imported it
     for cell in analysis.cells:
-        for row in cell.rows:
+        for row in (r for r in cell.rows if r["status"] in FINISHED):  # a failed run compares nothing
             run_dir = out_dir / cell.name / f"seed{row['seed']}"
             try:
                 record = read_run_record(run_dir)

@@ -43,7 +43,8 @@ def _row(analysis: Analysis, metric: str, rank: int, cell: CellResult, with_delt
         c = cell.comparisons.get(metric)
         delta = [*_diff(c)] + ([_equivalence(c)] if margin else [])
     mark = "★" if cell.name == analysis.best(metric) else ""
-    row = [f"{rank} {mark}".strip() if metric == analysis.main else mark]
+    # a cell with no value (every run failed or diverged) is listed last, unranked
+    row = [(f"{rank} {mark}".strip() if s.n else "–") if metric == analysis.main else mark]
     row += [f"`{cell.name}`", cell.runs_text(), mean, str(s.n), ci, *delta]
     if metric == analysis.main:
         counts = ["params", "params_trainable"] if has_trainable(analysis) else ["params"]

@@ -69,3 +69,21 @@ def test_older_ledgers_read_each_runs_run_json(tmp_path):
         run_json.unlink()
     report.build_report(out)
     assert "4 of 4 runs with no recorded commit" in header(out)
+
+
+def test_a_failed_run_that_recorded_no_commit_neither_warns_nor_ranks(tmp_path):
+    """A run that failed before training (a bad config) compares nothing: no code warning, and its cell, with no
+    value, is listed last without a rank."""
+    out = make_sweep(tmp_path, {"ln": [A, A], "rms": [A, A]})
+    with (out / "results.csv").open("a", newline="") as f:
+        f.write("bad,0,failed,,,,error: model: pos_encoding='alibi' is not supported by ViT\n")
+    info = json.loads((out / "sweep.json").read_text())
+    info["cells"].append({"name": "bad", "overrides": {"model.arch.norm": "bad"}})
+    (out / "sweep.json").write_text(json.dumps(info))
+    report.build_report(out)
+    text = (out / "report.md").read_text()
+    assert WARNING not in text and f"every run at git commit `{A[:12]}`" in text
+    rows = [line for line in text.splitlines() if line.startswith("| ") and "`bad`" in line]
+    assert rows and rows[0].startswith("| – | `bad` | 0/1, 1 failed |"), rows
+    ranks = [line.split(" | ")[0] for line in text.splitlines() if line.startswith(("| 1", "| 2"))]
+    assert len(ranks) >= 2  # the two cells with values keep ranks 1 and 2
