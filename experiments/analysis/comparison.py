@@ -107,6 +107,7 @@ class Analysis:
     warnings: list[str]
     margins: dict[str, float] = field(default_factory=dict)
     groups: list[GroupComparison] = field(default_factory=list)
+    flops_per: str = "token"  # what the runs' `flops_per_token` counts (`flops_unit`)
 
     def best(self, metric: str) -> str | None:
         scored = [c for c in self.cells if c.summaries[metric].n]
@@ -123,6 +124,13 @@ def main_metric(metrics: list[str], info: dict[str, Any]) -> str | None:
     if tuned and on_test_split(tuned) in metrics:
         return on_test_split(tuned)
     return "val/loss" if "val/loss" in metrics else next((m for m in metrics if m.startswith("val/")), None)
+
+
+def flops_unit(info: dict[str, Any]) -> str:
+    """What the runs' `flops_per_token` counts: a token, or an image for a classifier (the ViT papers' GFLOPs per
+    image: `ImageClassifier.model_stats`), from the cells' resolved model class."""
+    classes = [str(((c.get("resolved") or {}).get("model") or {}).get("class_path", "")) for c in info.get("cells", [])]
+    return "image" if any(path.endswith("ImageClassifier") for path in classes) else "token"
 
 
 def analyse(ledger: Ledger, info: dict[str, Any]) -> Analysis:
@@ -177,7 +185,8 @@ def analyse(ledger: Ledger, info: dict[str, Any]) -> Analysis:
             warnings.append(f"equivalence_margin names `{metric}`, which no compared run logged, so no equivalence "
                             "test ran for it" + (f"; did you mean `{close[0]}`?" if close else ""))  # fmt: skip
     groups = compare_within(cells, metrics, info, baseline, margins)
-    return Analysis(cells, metrics, main, baseline, list(info.get("axes", [])), warnings, margins, groups)
+    axes = list(info.get("axes", []))
+    return Analysis(cells, metrics, main, baseline, axes, warnings, margins, groups, flops_unit(info))
 
 
 def compare_within(

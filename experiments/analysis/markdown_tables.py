@@ -72,7 +72,8 @@ def metric_table(analysis: Analysis, metric: str) -> str:
     unmeasured = _unmeasured(analysis, metric)
     with_delta = analysis.baseline not in unmeasured  # every Δ would be n/a
     head += _comparison_head(analysis, metric) if with_delta else []
-    head += (["params", "trainable"] if has_trainable(analysis) else ["params"]) + ["FLOPs/token"] if main else []
+    counts = ["params", "trainable"] if has_trainable(analysis) else ["params"]
+    head += [*counts, f"FLOPs/{analysis.flops_per}"] if main else []
     head += ["loss spikes"] if main and has_spikes(analysis) else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     shown = [cell for cell in analysis.cells if not cell.unmeasured(metric)]

@@ -259,3 +259,16 @@ def test_a_metric_no_done_run_logged_gets_one_line_not_an_empty_table(sweep_dir)
     assert "### val/loss@256" not in text and "### val/loss@512" not in text
     assert "Logged by no done run: `val/loss@256`, `val/loss@512`." in text
     assert "### val/loss (lower is better) — main metric" in text
+
+
+def test_a_classifiers_flops_are_headed_per_image(sweep_dir):
+    """`ImageClassifier` records FLOPs per image (the ViT papers' unit), the other families per token."""
+    report.main([str(sweep_dir)])
+    assert "| FLOPs/token |" in (sweep_dir / "report.md").read_text()
+    info = json.loads((sweep_dir / "sweep.json").read_text())
+    for cell in info["cells"]:
+        cell["resolved"] = {"model": {"class_path": "lit_modules.image_classifier.ImageClassifier"}}
+    (sweep_dir / "sweep.json").write_text(json.dumps(info))
+    report.main([str(sweep_dir)])
+    text = (sweep_dir / "report.md").read_text()
+    assert "| FLOPs/image |" in text and "FLOPs/token" not in text
