@@ -205,9 +205,11 @@ class TextDataModule(TokenizerFields, SuiteDataModule):
         step = math.lcm(*self.eval_lengths)
         n = min(self.val_tokens, len(ids) - 1) // step * step
         if n == 0:
+            files = "val_files" if split == "validation" else f"{split}_files"
             raise ValueError(
                 f"{split} split has {len(ids)} tokens: too few for one window of every eval length "
-                f"{self.eval_lengths} (least common multiple {step})"
+                f"{self.eval_lengths} (least common multiple {step}); give more text (or the split's own files, "
+                f"data.{files}), or shorter data.eval_lengths"
             )
         return ids[: n + 1]
 

@@ -234,3 +234,14 @@ def test_a_built_store_is_read_without_taking_its_lock(corpus, tmp_path, monkeyp
     monkeypatch.setattr(token_store.fcntl, "flock", lambda *a: pytest.fail("locked to read a built store"))
     again = files_dm(corpus, token_store=str(store))
     assert not again.prepared_store.built and torch.equal(again._data.val_ids[:], built._data.val_ids[:])
+
+
+def test_a_split_too_short_for_its_eval_lengths_says_how_to_fix_it(corpus, tmp_path) -> None:
+    (tmp_path / "short.txt").write_text("a few words\n")
+    dm = files_dm(corpus, val_files=str(tmp_path / "short.txt"), eval_lengths=[64])
+    with pytest.raises(ValueError) as err:
+        dm.val_ids
+    assert str(err.value) == (
+        "validation split has 12 tokens: too few for one window of every eval length [64] (least common multiple "
+        "64); give more text (or the split's own files, data.val_files), or shorter data.eval_lengths"
+    )
