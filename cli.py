@@ -1,6 +1,8 @@
 """The suite's command line.
 
-python cli.py fit -c configs/gpt/tiny.yaml --model.arch.pos_encoding alibi
+python cli.py fit -c configs/gpt/base.yaml -c configs/gpt/tiny.yaml --model.arch.pos_encoding alibi
+python cli.py fit -c configs/gpt/base.yaml --model.help CausalLM    a model's keys (a DataModule's: --data.help
+                                                                    datamodules.text.TextDataModule)
 python cli.py {fit,validate,test,predict} ...      LightningCLI (subclass mode for model and data)
 python cli.py sweep SPEC.yaml [--out DIR] [--jobs N|auto] [--threads T] [--launcher pool|local|slurm] [--dry-run]
                            [--retry-failed] [--rerun CELL ...] [--no-warm]

@@ -86,6 +86,10 @@ def _readable(message: str) -> str:
     return f"expected {expected.group(1)}, got {expected.group(2)!r}" if expected else message
 
 
+# the class a subclass-mode group has before any config names one: no keys of a model or a DataModule exist yet
+UNSET_CLASSES = ("lightning.LightningModule", "lightning.LightningDataModule")
+
+
 def explain_parse_error(err: ArgumentError, known_keys: typing.Callable[[str, str | None], list[str]]) -> str:
     """One line for a jsonargparse error: the dotted key, the problem, the fix.
 
@@ -113,7 +117,11 @@ def explain_parse_error(err: ArgumentError, known_keys: typing.Callable[[str, st
     if names:
         full = [f"{where}.{name}" if where else name for name in names]
         known = known_keys(where, class_path)
-        return "; ".join(f"{key}: unknown key{did_you_mean(key, known)}" for key in full)
+        line = "; ".join(f"{key}: unknown key{did_you_mean(key, known)}" for key in full)
+        if class_path in UNSET_CLASSES:  # an overlay (tiny.yaml) without its base, which sets the class
+            line += (f"; no {where} class is set, and its keys come with it: give the family's base config first, "
+                     "-c configs/<family>/base.yaml -c <the overlay>")  # fmt: skip
+        return line
     return f"{where}: {_readable(message)}" if where else _readable(message)
 
 

@@ -219,7 +219,9 @@ def usage_hint(words: list[str], command: str | None = None) -> str:
     subcommand = next((w for w in words if w in SUBCOMMANDS), None)
     command = command or (f"cli.py {subcommand}" if subcommand else "cli.py {fit,validate,test,predict}")
     helped = command if command != "cli.py {fit,validate,test,predict}" else "cli.py"
-    keys = f"{helped} --help: the keys; {DEBUG_VAR}=1: traceback"
+    # a model's and a DataModule's keys are listed by their class's help, not by `fit --help` (subclass mode)
+    classes = "; --model.help CausalLM: a model's keys" if subcommand else ""
+    keys = f"{helped} --help: the keys{classes}; {DEBUG_VAR}=1: traceback"
     return f"usage: {command} [-c CONFIG.yaml ...] [--KEY VALUE ...]  ({keys})"
 
 

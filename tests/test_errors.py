@@ -36,6 +36,11 @@ def error_lines(argv: list[str], capsys) -> list[str]:
     "argv, expected",
     [
         (
+            ["fit", "-c", str(ROOT / "configs/gpt/tiny.yaml"), "--model.arch.pos_encoding", "alibi"],
+            "error: model.arch.d_model: unknown key; no model class is set, and its keys come with it: give the "
+            "family's base config first, -c configs/<family>/base.yaml -c <the overlay>",
+        ),
+        (
             ["fit", *GPT, "--model.arch.norm", "batchnorm"],
             "error: model.arch.norm: 'batchnorm' is not valid; choose one of 'layernorm', 'rmsnorm'",
         ),
@@ -68,6 +73,7 @@ def error_lines(argv: list[str], capsys) -> list[str]:
         (["fit", *GPT, "--data.batch_sise", "8"], "error: data.batch_sise: unknown key; did you mean data.batch_size?"),
     ],
     ids=[
+        "overlay-without-base",
         "bad-choice",
         "bad-combination",
         "bad-gqa-validate",
@@ -96,6 +102,20 @@ def test_a_value_constraint_is_checked_where_the_config_is_parsed(value, expecte
     assert error_lines(["fit", *GPT, "--data.batch_size", value], capsys)[1] == expected
     assert error_lines(["fit", *GPT, "--data.num_workers", "-1"], capsys)[1] == (
         "error: data.num_workers: -1 must be 0 or more"
+    )
+
+
+def test_a_combination_the_family_refuses_is_checked_where_the_config_is_parsed(capsys, monkeypatch):
+    """ViT's own constraints (`ImageClassifier.check_arguments`), before any DataModule or model is built: a sweep's
+    parse-only check refuses the cell too."""
+    import lit_modules.suite_cli
+
+    monkeypatch.setattr(lit_modules.suite_cli.SuiteCLI, "instantiate_classes", lambda self: pytest.fail("built"))
+    line = error_lines(["fit", *VIT, "--model.arch.pos_encoding", "alibi"], capsys)[1]
+    assert line.startswith("error: model: pos_encoding='alibi' is not supported by ViT; choose one of 'learned'")
+    layout = ["--model.learned_layout", "2d", "--model.arch.pos_encoding", "sinusoidal"]
+    assert error_lines(["fit", *VIT, *layout], capsys)[1].startswith(
+        "error: model: learned_layout='2d' shapes a learned table, but pos_encoding='sinusoidal'"
     )
 
 

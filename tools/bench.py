@@ -21,7 +21,7 @@ def parse_args(argv: list[str]) -> argparse.Namespace:
         "--sections",
         type=lambda text: [w.strip() for w in text.split(",") if w.strip()],
         default=list(SECTIONS),
-        help=f"comma-separated subset of: {','.join(SECTIONS)}",
+        help=f"comma-separated subset of: {', '.join(SECTIONS)} (e.g. training,vit)",
     )
     parser.add_argument(
         "--compile", action="store_true", help="also time torch.compile (cold compile and steady state)"
