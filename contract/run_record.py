@@ -89,6 +89,7 @@ class RunRecord:
         diagnostics: the last probe's headlines.
         diverged_at_step, diverged_loss: `DivergenceGuard`'s record of a diverged run.
         steps: the optimizer steps at the end of fit.
+        step_time_ms: the mean wall time of a training step (`lit_modules.step_time.StepTime`).
         test: `cli.py test` of the run's checkpoint.
         plugins: the plugin modules that registered variants (`--plugins`); omitted without any.
     """
@@ -113,6 +114,7 @@ class RunRecord:
     diverged_at_step: int | None = None
     diverged_loss: float | None = None
     steps: int | None = None
+    step_time_ms: float | None = None
     test: TestRecord | None = None
     plugins: tuple[PluginRecord, ...] | None = None
 
@@ -152,7 +154,7 @@ class RunRecord:
 MARKED = tuple(f.name for f in fields(RunRecord) if f.default is None)  # optional in every version
 
 # the ledger's columns copied from the record (`experiments.records.ledger`; runs older than a field leave it empty)
-RUN_STATS = ("params", "params_non_embedding", "params_trainable", "flops_per_token", "loss_spikes")
+RUN_STATS = ("params", "params_non_embedding", "params_trainable", "flops_per_token", "loss_spikes", "step_time_ms")
 # the probe headlines the ledger has as `diagnostics/<name>` columns
 RUN_DIAGNOSTICS = ("attn_max_logit", "logit_max", "log_z", "residual_growth")
 assert {*RUN_STATS} <= {f.name for f in fields(RunRecord)}, "RUN_STATS names a field RunRecord lacks"

@@ -102,7 +102,7 @@ class RunMetadata(pl.Callback):
         datamodule = trainer.datamodule
         tested = TestRecord(
             checkpoint=Path(trainer.ckpt_path).name,
-            step=trainer.global_step,
+            step=pl_module.checkpoint_step if pl_module.checkpoint_step is not None else trainer.global_step,
             test_split=getattr(datamodule, "test_split", None),
             data_splits=getattr(datamodule, "split_checksums", None),
             metrics={k: float(v) for k, v in trainer.callback_metrics.items() if k.startswith(TEST_PREFIXES)},
@@ -190,14 +190,44 @@ class SaveWhenStopped(Checkpoint):
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
         if not self.stopping:
             return
-        for callback in trainer.checkpoint_callbacks:  # the sweep's: save_last into the run's checkpoints/
-            if isinstance(callback, ModelCheckpoint) and callback.save_last and callback.dirpath:
-                path = str(Path(callback.dirpath) / LAST_CHECKPOINT)
-                # as its own save would: resumed, it overwrites a last.ckpt it saved, but versions another's (-v1)
-                callback.last_model_path = path
-                trainer.save_checkpoint(path)
+        for callback in trainer.checkpoint_callbacks:
+            if _saves_last(callback):
+                _save_last(trainer, callback)
                 break
         raise SIGTERMException  # as Lightning stops a run on SIGTERM
+
+
+class FinalStep(Checkpoint):
+    """The last training step (`max_steps`) is validated and saved, whatever the intervals.
+
+    Lightning validates every `val_check_interval` steps and ModelCheckpoint saves every `every_n_train_steps`
+    (a sweep's `checkpoint_every`), so a run whose `max_steps` is no multiple of them would end with its metrics and
+    its `last.ckpt` from an earlier step, and a sweep's test would evaluate that checkpoint. At the last step this
+    requests a stop, at which Lightning validates (as for early stopping), and saves `last.ckpt` where the periodic
+    save skipped the step: being a `Checkpoint`, after every other callback, where a periodic save runs. Every
+    process decides alike (the step), so a save, a collective, is made by all.
+    """
+
+    def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
+        if trainer.max_steps < 0 or trainer.global_step < trainer.max_steps:
+            return
+        trainer.should_stop = True
+        for callback in trainer.checkpoint_callbacks:
+            # private (lit_modules.private_api): whether its periodic save ran at this step
+            if _saves_last(callback) and callback._last_global_step_saved != trainer.global_step:
+                _save_last(trainer, callback)
+
+
+def _saves_last(callback: Checkpoint) -> bool:
+    """A ModelCheckpoint keeping `last.ckpt` in a folder (a sweep's run: its `checkpoints/`)."""
+    return isinstance(callback, ModelCheckpoint) and bool(callback.save_last) and bool(callback.dirpath)
+
+
+def _save_last(trainer: pl.Trainer, callback: ModelCheckpoint) -> None:
+    path = str(Path(callback.dirpath) / LAST_CHECKPOINT)
+    # as its own save would: resumed, it overwrites a last.ckpt it saved, but versions another's (-v1)
+    callback.last_model_path = path
+    trainer.save_checkpoint(path)
 
 
 def mark_run(trainer: pl.Trainer, **fields) -> None:

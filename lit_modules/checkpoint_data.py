@@ -25,12 +25,16 @@ def data_info_changes(trained: dict[str, Any], now: dict[str, Any]) -> list[str]
 
 
 class SameDataCheckpoints:
-    """Mixin of `TaskModule` (`self._trainer`, `self.data_info`)."""
+    """Mixin of `TaskModule` (`self._trainer`, `self.data_info`); keeps the loaded checkpoint's step
+    (`checkpoint_step`: the trainer's `global_step` is 0 outside training)."""
+
+    checkpoint_step: int | None = None
 
     def on_load_checkpoint(self, checkpoint: dict[str, Any]) -> None:
         """Refuses a checkpoint trained on other data before its weights load (a vocabulary of another size
         would fail deep in `load_state_dict`): the run's `tokenizer.json` must equal the data's tokenizer,
         and the data-decided values (`data_info`) the checkpoint was trained with must be the data's now."""
+        self.checkpoint_step = checkpoint.get("global_step")  # a test's record names the step it evaluated
         trainer = self._trainer
         run = evaluated_run(trainer) if trainer is not None else None
         if run is not None:

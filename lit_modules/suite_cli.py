@@ -24,7 +24,7 @@ from lightning.pytorch.cli import LightningArgumentParser, LightningCLI
 from contract.disk import disk_full
 from contract.run_folder import SWEEP_DIR_VAR
 from lit_modules.averaging import WeightAverage
-from lit_modules.callbacks import DivergenceGuard, RunMetadata, SaveWhenStopped
+from lit_modules.callbacks import DivergenceGuard, FinalStep, RunMetadata, SaveWhenStopped
 from lit_modules.config_messages import (
     INSTANTIATION_ERRORS,
     as_config_error,
@@ -38,6 +38,7 @@ from lit_modules.plugin_args import PLUGINS_KEY, plugin_names
 from lit_modules.progress import LineProgress, wants_lines
 from lit_modules.sharded_checkpoints import consolidated, is_sharded_checkpoint
 from lit_modules.sharding import STRATEGY_NAME as FSDP2  # (importing it registers `--trainer.strategy=fsdp2`)
+from lit_modules.step_time import StepTime
 from lit_modules.trainer_paths import checkpoint_run
 from models.config import ConfigError, plugin_settings
 from models.finetune import check_checkpoint_file
@@ -204,6 +205,8 @@ class SuiteCLI(LightningCLI):
             callbacks = [*callbacks, LineProgress()]
         if in_sweep():  # the sweep resumes a stopped run from last.ckpt: save it where the run stops
             callbacks = [*callbacks, SaveWhenStopped()]
+        # the metrics and last.ckpt of the last step (not of the last interval's); run.json's step time
+        callbacks = [*callbacks, FinalStep(), StepTime()]
         return super()._instantiate_trainer(config, callbacks)
 
 

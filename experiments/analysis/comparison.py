@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import difflib
 import math
+import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -71,6 +72,15 @@ class CellResult:
             return "n/a"
         spiked = sum(c > 0 for c in counts)
         return f"{sum(counts)} ({spiked}/{len(counts)} runs)" if spiked else "0"
+
+    def step_time_text(self) -> str:
+        """The mean training-step time of the cell's done runs (`step_time_ms`) ± its std over them; n/a for
+        runs from before it was recorded."""
+        times = [_float(r.get("step_time_ms")) for r in self.rows if r["status"] == DONE]
+        times = [t for t in times if math.isfinite(t)]
+        if not times:
+            return "n/a"
+        return f"{statistics.fmean(times):.1f}" + (f" ± {statistics.stdev(times):.1f}" if len(times) > 1 else "")
 
     def runs_text(self) -> str:
         text = f"{self.count('done')}/{len(self.rows)}"

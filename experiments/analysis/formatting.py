@@ -18,6 +18,11 @@ def has_spikes(analysis: Analysis) -> bool:
     return any(cell.spikes_text() != "n/a" for cell in analysis.cells)
 
 
+def has_step_time(analysis: Analysis) -> bool:
+    """The ledger records step times (runs from before `StepTime` do not: their reports keep their columns)."""
+    return any(cell.step_time_text() != "n/a" for cell in analysis.cells)
+
+
 def fixed(value: float, digits: int = 4) -> str:
     """`value` to `digits` decimals; n/a when not finite."""
     return "n/a" if not math.isfinite(value) else f"{value:.{digits}f}"

@@ -7,7 +7,7 @@ import math
 
 from contract.metrics import higher_is_better
 from experiments.analysis.comparison import Analysis, CellResult
-from experiments.analysis.formatting import count_text, fixed, has_spikes, has_trainable, p_text
+from experiments.analysis.formatting import count_text, fixed, has_spikes, has_step_time, has_trainable, p_text
 from experiments.analysis.stats import CONFIDENCE, POWER, Comparison
 
 
@@ -51,6 +51,7 @@ def _row(analysis: Analysis, metric: str, rank: int, cell: CellResult, with_delt
         row += [f"{cell.stat(k):,.0f}" if math.isfinite(cell.stat(k)) else "n/a" for k in counts]
         row.append(count_text(cell.stat("flops_per_token")))
         row += [cell.spikes_text()] if has_spikes(analysis) else []
+        row += [cell.step_time_text()] if has_step_time(analysis) else []
     return row
 
 
@@ -75,6 +76,7 @@ def metric_table(analysis: Analysis, metric: str) -> str:
     counts = ["params", "trainable"] if has_trainable(analysis) else ["params"]
     head += [*counts, f"FLOPs/{analysis.flops_per}"] if main else []
     head += ["loss spikes"] if main and has_spikes(analysis) else []
+    head += ["ms/step"] if main and has_step_time(analysis) else []
     lines = ["| " + " | ".join(head) + " |", "|" + "---|" * len(head)]
     shown = [cell for cell in analysis.cells if not cell.unmeasured(metric)]
     lines += ["| " + " | ".join(_row(analysis, metric, rank, cell, with_delta)) + " |"

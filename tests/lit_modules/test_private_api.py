@@ -64,6 +64,7 @@ def parsed_cli() -> SuiteCLI:
 INSTANCES = {
     "argparse.ArgumentParser": argparse.ArgumentParser,
     "lightning.pytorch.LightningModule": pl.LightningModule,
+    "lightning.pytorch.callbacks.ModelCheckpoint": pl.callbacks.ModelCheckpoint,
     "lightning.pytorch.cli.LightningCLI": parsed_cli,
 }
 

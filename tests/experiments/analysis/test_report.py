@@ -200,20 +200,25 @@ def test_fairness_compares_trainable_parameters_when_the_ledger_has_them(sweep_d
         assert {r["cell"]: r["params_trainable"] for r in csv_rows} == {c: str(n) for c, n in trainable.items()}
 
 
+def _main_table_with(sweep_dir, column: str, values: dict[str, list]) -> str:
+    """The report's main table once the ledger has `column` (each cell's values by seed)."""
+    path = sweep_dir / "results.csv"
+    rows = list(csv.DictReader(path.open()))
+    with path.open("w", newline="") as f:
+        writer = csv.DictWriter(f, fieldnames=[*rows[0], column])
+        writer.writeheader()
+        writer.writerows(row | {column: values[row["cell"]][SEEDS.index(int(row["seed"]))]} for row in rows)
+    report.main([str(sweep_dir)])
+    return (sweep_dir / "report.md").read_text().split("### val/loss (lower")[1].split("###")[0]
+
+
 def test_loss_spikes_are_a_column_of_the_main_table(sweep_dir):
     """Runs that record loss spikes (`LossSpikes`) get them counted per cell: the total and how many runs spiked;
     a ledger from before them keeps its columns."""
     report.main([str(sweep_dir)])
     assert "loss spikes" not in (sweep_dir / "report.md").read_text()
-    path = sweep_dir / "results.csv"
-    rows = list(csv.DictReader(path.open()))
     spikes = {"ln": [0, 0, 0, 0, 0], "rms": [0, 3, 1, 0, ""], "one": [0, "", "", "", ""]}
-    with path.open("w", newline="") as f:
-        writer = csv.DictWriter(f, fieldnames=[*rows[0], "loss_spikes"])
-        writer.writeheader()
-        writer.writerows(row | {"loss_spikes": spikes[row["cell"]][SEEDS.index(int(row["seed"]))]} for row in rows)
-    report.main([str(sweep_dir)])
-    main_table = (sweep_dir / "report.md").read_text().split("### val/loss (lower")[1].split("###")[0]
+    main_table = _main_table_with(sweep_dir, "loss_spikes", spikes)
     lines = {cell: next(line for line in main_table.splitlines() if f"`{cell}`" in line) for cell in spikes}
     head = next(line for line in main_table.splitlines() if line.startswith("| rank"))
     assert head.endswith("| FLOPs/token | loss spikes |")
@@ -272,3 +277,16 @@ def test_a_classifiers_flops_are_headed_per_image(sweep_dir):
     report.main([str(sweep_dir)])
     text = (sweep_dir / "report.md").read_text()
     assert "| FLOPs/image |" in text and "FLOPs/token" not in text
+
+
+def test_step_times_are_a_column_of_the_main_table(sweep_dir):
+    """Runs that record their mean step time (`StepTime`) get the cell's mean ± std over its done runs; a ledger from
+    before it keeps its columns."""
+    report.main([str(sweep_dir)])
+    assert "ms/step" not in (sweep_dir / "report.md").read_text()
+    times = {"ln": [10, 12, 11, 10, 12], "rms": [9, 9.5, 30, 8.5, ""], "one": [20, "", "", "", ""]}
+    main_table = _main_table_with(sweep_dir, "step_time_ms", times)
+    assert next(line for line in main_table.splitlines() if line.startswith("| rank")).endswith("| ms/step |")
+    lines = {cell: next(line for line in main_table.splitlines() if f"`{cell}`" in line) for cell in times}
+    assert lines["ln"].endswith("| 11.0 ± 1.0 |") and lines["one"].endswith("| 20.0 |")
+    assert lines["rms"].endswith("| 9.0 ± 0.5 |")  # the done runs only: not the diverged one's 30

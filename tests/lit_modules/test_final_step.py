@@ -1,0 +1,59 @@
+"""A run's last step is validated and saved whatever the intervals (`callbacks.FinalStep`): with `max_steps` 5,
+validation every 2 and a sweep's checkpoint every 2, the run's last metrics and `last.ckpt` are step 5's, not 4's,
+and a test of that checkpoint records the step it evaluated."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import torch
+from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
+
+import cli
+from contract.run_record import read_run_record
+
+CONFIGS = ["-c", "configs/gpt/base.yaml", "-c", "configs/gpt/tiny.yaml"]
+TINY = ["--model.arch.d_model=32", "--model.arch.n_layers=1", "--model.sample_tokens=0", "--data.seq_len=16",
+        "--data.batch_size=8", "--data.val_tokens=256", "--data.eval_lengths=[16]", "--trainer.num_sanity_val_steps=0",
+        "--trainer.enable_model_summary=false", "--trainer.enable_progress_bar=false"]  # fmt: skip
+
+
+def _fit(out: Path, max_steps: int, every: int) -> list[str]:
+    checkpoint = {"class_path": "lightning.pytorch.callbacks.ModelCheckpoint",
+                  "init_args": {"dirpath": str(out / "run/checkpoints"), "every_n_train_steps": every,
+                                "save_last": True, "save_top_k": 0}}  # fmt: skip
+    return ["fit", *CONFIGS, *TINY, f"--trainer.max_steps={max_steps}", f"--trainer.val_check_interval={every}",
+            f"--trainer.logger.init_args.save_dir={out}", "--trainer.logger.init_args.name=run",
+            "--trainer.logger.init_args.version=", f"--trainer.callbacks+={json.dumps(checkpoint)}"]  # fmt: skip
+
+
+def _val_steps(run: Path) -> list[int]:
+    events = EventAccumulator(str(run), size_guidance={"scalars": 0})
+    events.Reload()
+    return [e.step for e in events.Scalars("val/loss")]
+
+
+def test_the_last_step_is_validated_saved_and_tested_when_no_interval_divides_it(tmp_path):
+    on, off = tmp_path / "on", tmp_path / "off"  # max_steps on the intervals (4), and past them (5)
+    assert cli.main(_fit(on, max_steps=4, every=2)) == 0 and cli.main(_fit(off, max_steps=5, every=2)) == 0
+    assert sorted(p.name for p in (on / "run/checkpoints").iterdir()) == ["last.ckpt"]
+    assert torch.load(on / "run/checkpoints/last.ckpt", map_location="cpu", weights_only=False)["global_step"] == 4
+    # the same validations, then one more at the step after the last of them: the last step
+    assert _val_steps(off / "run") == [*_val_steps(on / "run"), _val_steps(on / "run")[-1] + 1]
+    run = off / "run"
+    last = run / "checkpoints/last.ckpt"
+    assert torch.load(last, map_location="cpu", weights_only=False)["global_step"] == 5
+    assert read_run_record(run).steps == 5
+
+    test = [
+        "test",
+        "--config",
+        str(run / "config.yaml"),
+        f"--ckpt_path={last}",
+        "--trainer.logger=false",
+        f"--trainer.default_root_dir={tmp_path}",
+    ]
+    assert cli.main(test) == 0
+    tested = read_run_record(run).test
+    assert tested is not None and tested.step == 5 and tested.checkpoint == "last.ckpt"
