@@ -21,8 +21,9 @@ LAST_CHECKPOINT = "last.ckpt"
 RUN_LOG = "run.log"
 PATCH_NAME = "git.diff"
 
-# `running` while it trains; a run ends `done`, `diverged` (`DivergenceGuard`: a result, not a crash) or
-# `failed` (the sweep's verdict on a run that crashed: never written by the run itself)
+# `running` while it trains (and after an interruption, until it resumes); a run ends `done`, `diverged`
+# (`DivergenceGuard`: a result, not a crash) or `failed` (a crash: written by the run when it sees its error, and the
+# sweep's verdict on any run that crashed)
 RunStatus = Literal["running", "done", "diverged", "failed"]
 RUNNING, DONE, DIVERGED, FAILED = get_args(RunStatus)
 FINISHED: tuple[RunStatus, ...] = (DONE, DIVERGED)  # a run in either state is never run again

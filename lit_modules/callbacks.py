@@ -19,9 +19,10 @@ import torch
 from lightning.pytorch.callbacks import Checkpoint, ModelCheckpoint
 from lightning.pytorch.utilities.exceptions import SIGTERMException
 
+from contract.disk import disk_full
 from contract.git import git_commit
 from contract.metrics import AVERAGED_SUFFIX
-from contract.run_folder import DIVERGED, DONE, LAST_CHECKPOINT, RUNNING, SWEEP_DIR_VAR, TEST_STAGE
+from contract.run_folder import DIVERGED, DONE, FAILED, LAST_CHECKPOINT, RUNNING, SWEEP_DIR_VAR, TEST_STAGE
 from contract.run_record import RunRecord, TestRecord, read_run_record
 from models.plugins import ACTIVE
 
@@ -44,8 +45,8 @@ def package_versions() -> dict[str, str]:
 
 class RunMetadata(pl.Callback):
     """Writes `run.json` (`contract.run_record.RunRecord`) beside the run's logs (git commit, package versions,
-    data checksum, parameter counts, FLOPs, seed) and keeps its `status` current: running, done or diverged.
-    The sweep runner reads this file; TensorBoard gets the same facts as a text summary.
+    data checksum, parameter counts, FLOPs, seed) and keeps its `status` current: running, done, diverged or
+    failed (a crash it saw). The sweep runner reads this file; TensorBoard gets the same facts as a text summary.
 
     Training also saves the data's tokenizer as `tokenizer.json` there, or, resuming, checks that the data
     still gives the same one (`check_tokenizer`); evaluating a checkpoint checks it against the
@@ -87,6 +88,14 @@ class RunMetadata(pl.Callback):
         if self.record is not None:
             status = DONE if self.record.status == RUNNING else self.record.status
             self.mark(trainer, status=status, steps=trainer.global_step)
+
+    def on_exception(self, trainer: pl.Trainer, pl_module: pl.LightningModule, exception: BaseException) -> None:
+        # a crash the run sees (a data error met at its first validation, a bad value): `failed`, not `running`
+        # forever; an interruption (Ctrl-C, SIGTERM: a sweep's stop) stays `running`, to resume from its checkpoint,
+        # and a full disk takes no further write
+        crashed = not isinstance(exception, (KeyboardInterrupt, SIGTERMException)) and disk_full(exception) is None
+        if crashed and self.record is not None and self.record.status == RUNNING:
+            self.mark(trainer, status=FAILED)
 
     def on_test_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
         """`cli.py test` of a run's checkpoint records its test metrics, the split and the checkpoint in that
@@ -208,8 +217,14 @@ class FinalStep(Checkpoint):
     process decides alike (the step), so a save, a collective, is made by all.
     """
 
+    last = -1  # the run's last step: `max_steps` as fit starts
+
+    def on_fit_start(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        # before `BranchPoints` stops a horizons stable run early, at a branch point of the longest run: not its end
+        self.last = trainer.max_steps
+
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if trainer.max_steps < 0 or trainer.global_step < trainer.max_steps:
+        if self.last < 0 or trainer.global_step < self.last:
             return
         trainer.should_stop = True
         for callback in trainer.checkpoint_callbacks:

@@ -39,6 +39,7 @@ SEARCH_MARK = "~"  # a search run's cell: `<cell>~<point>` (a folder beside the 
 # params_trainable: what fine-tuning trains (PEFT, freezing); equal to params otherwise. Older ledgers lack it.
 STATS = ("steps", "diverged_at_step", "loss_spikes", "wall_time_s", "step_time_ms", "params", "params_non_embedding",
          "params_trainable", "flops_per_token")  # fmt: skip
+TIMINGS = ("wall_time_s", "step_time_ms")  # what the machine took: two identical runs differ only there
 TAIL = ("git_commit", "error")  # git_commit: the run's code, from run.json (`-dirty`: see its git.diff)
 # copied from run.json: RUN_STATS, and RUN_DIAGNOSTICS as `diagnostics/<name>` (contract.run_record)
 

@@ -7,11 +7,13 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import pytest
 import torch
 from tensorboard.backend.event_processing.event_accumulator import EventAccumulator
 
 import cli
 from contract.run_record import read_run_record
+from lit_modules.step_time import StepTime
 
 CONFIGS = ["-c", "configs/gpt/base.yaml", "-c", "configs/gpt/tiny.yaml"]
 TINY = ["--model.arch.d_model=32", "--model.arch.n_layers=1", "--model.sample_tokens=0", "--data.seq_len=16",
@@ -57,3 +59,27 @@ def test_the_last_step_is_validated_saved_and_tested_when_no_interval_divides_it
     assert cli.main(test) == 0
     tested = read_run_record(run).test
     assert tested is not None and tested.step == 5 and tested.checkpoint == "last.ckpt"
+
+
+def test_a_run_that_crashes_is_recorded_failed_and_one_interrupted_stays_running(tmp_path, monkeypatch):
+    """A validation file too short for its eval length fails the run at its first validation, after run.json was
+    written: the record says `failed`, not `running` forever. Ctrl-C (an interruption, resumed later) keeps
+    `running`."""
+    (tmp_path / "train.txt").write_text("".join(f"line {i} of the training text\n" for i in range(300)))
+    (tmp_path / "val.txt").write_text("too short\n")
+    data = ["--data.corpus=files", f"--data.train_files={tmp_path / 'train.txt'}",
+            f"--data.val_files={tmp_path / 'val.txt'}", f"--data.cache_dir={tmp_path / 'cache'}"]  # fmt: skip
+    out = tmp_path / "crash"
+    with pytest.raises(SystemExit):
+        cli.main([*_fit(out, max_steps=4, every=2), *data])
+    assert read_run_record(out / "run").status == "failed"
+
+    stopped = tmp_path / "stopped"
+
+    def interrupt(self, *args, **kwargs):
+        raise KeyboardInterrupt
+
+    monkeypatch.setattr(StepTime, "on_train_batch_end", interrupt)
+    with pytest.raises(SystemExit):  # Lightning's graceful shutdown on Ctrl-C: exit status 1
+        cli.main(_fit(stopped, max_steps=4, every=2))
+    assert read_run_record(stopped / "run").status == "running"

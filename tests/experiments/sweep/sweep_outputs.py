@@ -22,6 +22,7 @@ def by_run(rows: list[dict[str, str]]) -> dict[tuple[str, str], dict[str, str]]:
 def normalised(text: str, out: Path) -> str:
     """A run's text without what differs between two identical runs: times and the sweep folder."""
     text = re.sub(r"elapsed \d+m\d+s", "elapsed T", text.replace(str(out), "DIR"))
+    text = re.sub(r'"step_time_ms": [\d.e+-]+', '"step_time_ms": T', text)
     return re.sub(r"(?m)^=== [\d: -]+ ", "=== T ", text)
 
 

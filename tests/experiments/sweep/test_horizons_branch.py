@@ -15,6 +15,7 @@ import pytest
 import yaml
 
 from experiments.records.events import read_scalars
+from experiments.records.ledger import TIMINGS
 from tests.conftest import BASE, FIXED
 from tools import sweep
 
@@ -34,7 +35,7 @@ SETTINGS = {k: v for k, v in FIXED.items() if k != "trainer.max_steps"} | {
 }
 GRID = {"model.arch.pos_encoding": ["rope"]}
 # a row's columns that depend on when and where it ran, or on the sweep it belongs to
-NOT_COMPARED = {"cell", "wall_time_s", "git_commit", "trainer.max_steps", "phase", "horizon", "parent"}
+NOT_COMPARED = {"cell", *TIMINGS, "git_commit", "trainer.max_steps", "phase", "horizon", "parent"}
 
 
 def write(path: Path, **entries) -> Path:

@@ -21,6 +21,7 @@ import pytest
 import yaml
 
 from contract.run_record import read_run_record
+from experiments.records.ledger import TIMINGS
 from experiments.sweep import run_sweep
 from experiments.sweep.warm import Warm, WarmProcess
 from tests.experiments.sweep.sweep_outputs import by_run, read_rows, run_folder
@@ -224,7 +225,7 @@ def test_local_launcher_matches_the_pool(main_sweep, tiny_spec, tmp_path):
     local, pool = by_run(read_rows(out)), by_run(read_rows(main_out))
     assert set(local) == {(cell, "0") for cell in CELLS}
     with (out / "results.csv").open(newline="") as f:
-        columns = [c for c in next(csv.reader(f)) if c != "wall_time_s"]  # the only column that may differ
+        columns = [c for c in next(csv.reader(f)) if c not in TIMINGS]  # the only columns that may differ
     assert {"val/loss", "val/loss@32", "train/loss", "params", "steps"} <= set(columns)
     for key, row in local.items():
         assert row["status"] == "done"
@@ -245,7 +246,7 @@ def test_warm_runs_match_fresh_processes(main_sweep, tiny_spec, tmp_path, monkey
     assert started == []  # no warm process at all
     fresh, warm = by_run(read_rows(out)), by_run(read_rows(main_out))
     assert set(fresh) == {(cell, "0") for cell in CELLS}
-    columns = [c for c in read_rows(out)[0] if c != "wall_time_s"]
+    columns = [c for c in read_rows(out)[0] if c not in TIMINGS]
     for key, row in fresh.items():
         assert row["status"] == "done"
         assert {c: row[c] for c in columns} == {c: warm[key][c] for c in columns}, key
