@@ -206,15 +206,16 @@ class SaveWhenStopped(Checkpoint):
         raise SIGTERMException  # as Lightning stops a run on SIGTERM
 
 
-class FinalStep(Checkpoint):
+class FinalStep(pl.Callback):
     """The last training step (`max_steps`) is validated and saved, whatever the intervals.
 
     Lightning validates every `val_check_interval` steps and ModelCheckpoint saves every `every_n_train_steps`
     (a sweep's `checkpoint_every`), so a run whose `max_steps` is no multiple of them would end with its metrics and
     its `last.ckpt` from an earlier step, and a sweep's test would evaluate that checkpoint. At the last step this
-    requests a stop, at which Lightning validates (as for early stopping), and saves `last.ckpt` where the periodic
-    save skipped the step: being a `Checkpoint`, after every other callback, where a periodic save runs. Every
-    process decides alike (the step), so a save, a collective, is made by all.
+    requests a stop, at which Lightning validates (as for early stopping; a plain run's default checkpoint saves
+    there), and at the end of training it saves `last.ckpt` where an earlier step's is the last one saved. A plain
+    `Callback`: a `Checkpoint` would stop Lightning adding its default ModelCheckpoint. Every process decides alike
+    (the step), so a save, a collective, is made by all.
     """
 
     last = -1  # the run's last step: `max_steps` as fit starts
@@ -224,13 +225,18 @@ class FinalStep(Checkpoint):
         self.last = trainer.max_steps
 
     def on_train_batch_end(self, trainer, pl_module, outputs, batch, batch_idx) -> None:
-        if self.last < 0 or trainer.global_step < self.last:
+        if 0 <= self.last <= trainer.global_step:
+            trainer.should_stop = True
+
+    def on_train_end(self, trainer: pl.Trainer, pl_module: pl.LightningModule) -> None:
+        if not 0 <= self.last <= trainer.global_step:
             return
-        trainer.should_stop = True
         for callback in trainer.checkpoint_callbacks:
-            # private (lit_modules.private_api): whether its periodic save ran at this step
-            if _saves_last(callback) and callback._last_global_step_saved != trainer.global_step:
-                _save_last(trainer, callback)
+            # private (lit_modules.private_api): a save at an earlier step, not this one (with none at all,
+            # ModelCheckpoint's own `on_train_end`, which runs after this, saves last.ckpt)
+            if _saves_last(callback) and callback._last_checkpoint_saved:
+                if callback._last_global_step_saved != trainer.global_step:
+                    _save_last(trainer, callback)
 
 
 def _saves_last(callback: Checkpoint) -> bool:

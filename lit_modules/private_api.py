@@ -59,11 +59,16 @@ PRIVATE_NAMES: tuple[PrivateName, ...] = (
         "_current_fx_name",
         "averaging.WeightAverage: the averaged copy's evaluation hooks log like the trainer's calls",
     ),
-    # the step of ModelCheckpoint's last save, the same since 2.0
+    # the step and the file of ModelCheckpoint's last save, the same since 2.0
     PrivateName(
         "lightning.pytorch.callbacks.ModelCheckpoint",
         "_last_global_step_saved",
         "callbacks.FinalStep: whether the periodic save ran at the last step (no public way to ask)",
+    ),
+    PrivateName(
+        "lightning.pytorch.callbacks.ModelCheckpoint",
+        "_last_checkpoint_saved",
+        "callbacks.FinalStep: whether it saved at all (if not, its own on_train_end saves last.ckpt)",
     ),
     PrivateName(
         "lightning.pytorch.LightningModule",

@@ -83,3 +83,14 @@ def test_a_run_that_crashes_is_recorded_failed_and_one_interrupted_stays_running
     with pytest.raises(SystemExit):  # Lightning's graceful shutdown on Ctrl-C: exit status 1
         cli.main(_fit(stopped, max_steps=4, every=2))
     assert read_run_record(stopped / "run").status == "running"
+
+
+def test_a_plain_run_keeps_lightnings_default_checkpoint_saved_at_its_last_step(tmp_path):
+    """Without a checkpoint callback of its own, Lightning's default ModelCheckpoint (saving at each validation)
+    keeps its place, and saves the last step, which is validated; checkpointing can still be turned off."""
+    plain = ["fit", *CONFIGS, *TINY, "--trainer.max_steps=5", "--trainer.val_check_interval=2"]
+    assert cli.main([*plain, f"--trainer.logger.init_args.save_dir={tmp_path / 'default'}"]) == 0
+    (saved,) = (tmp_path / "default").rglob("*.ckpt")
+    assert torch.load(saved, map_location="cpu", weights_only=False)["global_step"] == 5
+    off = [*plain, f"--trainer.logger.init_args.save_dir={tmp_path / 'off'}", "--trainer.enable_checkpointing=false"]
+    assert cli.main(off) == 0 and not list((tmp_path / "off").rglob("*.ckpt"))
