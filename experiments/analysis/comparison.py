@@ -8,8 +8,10 @@ import statistics
 from dataclasses import dataclass, field
 from typing import Any
 
+import yaml
+
 from contract.metrics import EVALUATION_PREFIXES, higher_is_better, on_test_split
-from contract.run_folder import DIVERGED, DONE, FAILED
+from contract.run_folder import CONFIG_FILE, DIVERGED, DONE, FAILED
 from experiments.analysis.stats import Comparison, Summary, paired_difference, summarize
 from experiments.records.ledger import (
     PHASE_COLUMN,
@@ -136,10 +138,15 @@ def main_metric(metrics: list[str], info: dict[str, Any]) -> str | None:
     return "val/loss" if "val/loss" in metrics else next((m for m in metrics if m.startswith("val/")), None)
 
 
-def flops_unit(info: dict[str, Any]) -> str:
+def flops_unit(info: dict[str, Any], ledger: Ledger | None = None) -> str:
     """What the runs' `flops_per_token` counts: a token, or an image for a classifier (the ViT papers' GFLOPs per
-    image: `ImageClassifier.model_stats`), from the cells' resolved model class."""
+    image: `ImageClassifier.model_stats`), from the cells' resolved model class; a `sweep.json` from before cells
+    recorded theirs falls back to a run's own resolved config (`<cell>/seed<k>/config.yaml`)."""
     classes = [str(((c.get("resolved") or {}).get("model") or {}).get("class_path", "")) for c in info.get("cells", [])]
+    if not any(classes) and ledger is not None:
+        configs = (ledger.path.parent / cell / f"seed{seed}" / CONFIG_FILE for cell, seed in ledger.rows)
+        config = next((path for path in configs if path.exists()), None)
+        classes = [str((yaml.safe_load(config.read_text()).get("model") or {}).get("class_path", ""))] if config else []
     return "image" if any(path.endswith("ImageClassifier") for path in classes) else "token"
 
 
@@ -196,7 +203,7 @@ def analyse(ledger: Ledger, info: dict[str, Any]) -> Analysis:
                             "test ran for it" + (f"; did you mean `{close[0]}`?" if close else ""))  # fmt: skip
     groups = compare_within(cells, metrics, info, baseline, margins)
     axes = list(info.get("axes", []))
-    return Analysis(cells, metrics, main, baseline, axes, warnings, margins, groups, flops_unit(info))
+    return Analysis(cells, metrics, main, baseline, axes, warnings, margins, groups, flops_unit(info, ledger))
 
 
 def compare_within(

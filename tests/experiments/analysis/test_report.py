@@ -11,6 +11,7 @@ import yaml
 from scipy import stats
 
 from experiments.analysis.stats import paired_difference
+from experiments.records.ledger import Ledger
 from experiments.sweep.spec import SpecError, load_spec
 from tools import report
 
@@ -274,6 +275,19 @@ def test_a_classifiers_flops_are_headed_per_image(sweep_dir):
     for cell in info["cells"]:
         cell["resolved"] = {"model": {"class_path": "lit_modules.image_classifier.ImageClassifier"}}
     (sweep_dir / "sweep.json").write_text(json.dumps(info))
+    report.main([str(sweep_dir)])
+    text = (sweep_dir / "report.md").read_text()
+    assert "| FLOPs/image |" in text and "FLOPs/token" not in text
+
+
+def test_an_older_classifier_sweep_is_headed_per_image_from_its_runs_configs(sweep_dir):
+    """A `sweep.json` from before cells recorded their resolved config: a run's own `config.yaml` names the class."""
+    info = json.loads((sweep_dir / "sweep.json").read_text())
+    assert not any(cell.get("resolved") for cell in info["cells"])
+    cell, seed = next(iter(Ledger(sweep_dir / "results.csv").rows))
+    config = sweep_dir / cell / f"seed{seed}" / "config.yaml"
+    config.parent.mkdir(parents=True, exist_ok=True)
+    config.write_text("model:\n  class_path: lit_modules.ImageClassifier\n")
     report.main([str(sweep_dir)])
     text = (sweep_dir / "report.md").read_text()
     assert "| FLOPs/image |" in text and "FLOPs/token" not in text
