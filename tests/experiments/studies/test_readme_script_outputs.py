@@ -74,6 +74,7 @@ VERDICTS = [
     ("scan_length", scan_verdict, ("scan_length_tuned",), "tuned_verdict.md"),
     ("ffn_norm", ffn_ladder_verdict, ("ffn_norm_ladder",), "ladder_verdict.md"),
     ("ffn_norm", ffn_ladder_verdict, ("ffn_norm_ladder_mup",), "ladder_verdict.md"),
+    ("ffn_norm", ffn_ladder_verdict, ("ffn_norm_ladder_rerun",), "ladder_verdict.md"),
     ("extrapolation", extrapolation_ladder_verdict, ("extrapolation_ladder",), "ladder_verdict.md"),
     ("stability", stability_verdict, ("qk_norm_zloss",), "verdict.md"),
     ("stability", stability_verdict, ("qk_norm_zloss_rerun",), "verdict.md"),
