@@ -92,6 +92,9 @@ class RunRecord:
         step_time_ms: the mean wall time of a training step (`lit_modules.step_time.StepTime`).
         test: `cli.py test` of the run's checkpoint.
         plugins: the plugin modules that registered variants (`--plugins`); omitted without any.
+        machine: the hardware the numbers came from (`lit_modules.callbacks.machine_facts`): the same commit and
+            packages give bit-identical CPU runs on one machine, but not across CPUs, whose kernels round
+            differently; omitted by runs from before it was recorded.
     """
 
     status: RunStatus
@@ -117,6 +120,7 @@ class RunRecord:
     step_time_ms: float | None = None
     test: TestRecord | None = None
     plugins: tuple[PluginRecord, ...] | None = None
+    machine: dict[str, str] | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """The file's content: `schema_version`, the fields written at fit start, the marked ones that are set."""

@@ -43,6 +43,28 @@ def package_versions() -> dict[str, str]:
     return versions
 
 
+def machine_facts() -> dict[str, str]:
+    """The hardware a run's numbers depend on beyond its code and packages: the CPU (torch's CPU kernels, oneDNN
+    and MKL pick code paths by CPU, so one commit's runs can differ by float rounding between machines), the
+    instruction set torch's kernels use, and the GPU when one trains."""
+    facts = {
+        "platform": platform.platform(),
+        "cpu": _cpu_model(),
+        "cpu_capability": torch.backends.cpu.get_cpu_capability(),
+    }
+    if torch.cuda.is_available():
+        facts["gpu"] = torch.cuda.get_device_name()
+    return facts
+
+
+def _cpu_model() -> str:
+    try:  # Linux names the model here; platform.processor() is often empty there
+        lines = Path("/proc/cpuinfo").read_text().splitlines()
+        return next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
+    except (OSError, StopIteration):
+        return platform.processor() or platform.machine()
+
+
 class RunMetadata(pl.Callback):
     """Writes `run.json` (`contract.run_record.RunRecord`) beside the run's logs (git commit, package versions,
     data checksum, parameter counts, FLOPs, seed) and keeps its `status` current: running, done, diverged or
@@ -77,6 +99,7 @@ class RunMetadata(pl.Callback):
             processes=trainer.world_size,
             **pl_module.model_stats(),
             plugins=tuple(ACTIVE) or None,
+            machine=machine_facts(),
             **self.pending,
         )
         self._write(trainer)

@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import math
+import platform
 
 import lightning.pytorch as pl
 import pytest
+import torch
 
 from contract.run_record import read_run_record
 from datamodules.text import TextDataModule
@@ -62,6 +64,15 @@ def test_divergence_is_recorded(tmp_path):
     info = read_run_record(tmp_path / "lightning_logs/version_0")
     assert info.status == "diverged" and info.diverged_at_step <= 6
     assert trainer.global_step <= 6
+
+
+def test_run_json_records_the_machine(tmp_path):
+    """One commit's CPU runs round differently on another CPU: run.json says which machine made the numbers."""
+    _fit("rope", tmp_path, callbacks=[RunMetadata()])
+    machine = read_run_record(tmp_path / "lightning_logs/version_0").machine
+    assert machine["cpu_capability"] == torch.backends.cpu.get_cpu_capability()
+    assert machine["cpu"] and machine["platform"] == platform.platform()
+    assert ("gpu" in machine) == torch.cuda.is_available()
 
 
 def test_max_seq_len_comes_from_the_data_unless_set():
