@@ -146,7 +146,8 @@ def flops_unit(info: dict[str, Any], ledger: Ledger | None = None) -> str:
     if not any(classes) and ledger is not None:
         configs = (ledger.path.parent / cell / f"seed{seed}" / CONFIG_FILE for cell, seed in ledger.rows)
         config = next((path for path in configs if path.exists()), None)
-        classes = [str((yaml.safe_load(config.read_text()).get("model") or {}).get("class_path", ""))] if config else []
+        model = ((yaml.safe_load(config.read_text()) or {}).get("model") or {}) if config else {}
+        classes = [str(model.get("class_path", ""))]
     return "image" if any(path.endswith("ImageClassifier") for path in classes) else "token"
 
 
