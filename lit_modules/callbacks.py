@@ -21,6 +21,7 @@ from lightning.pytorch.utilities.exceptions import SIGTERMException
 
 from contract.disk import disk_full
 from contract.git import git_commit
+from contract.machine import cpu_model
 from contract.metrics import AVERAGED_SUFFIX
 from contract.run_folder import DIVERGED, DONE, FAILED, LAST_CHECKPOINT, RUNNING, SWEEP_DIR_VAR, TEST_STAGE
 from contract.run_record import RunRecord, TestRecord, read_run_record
@@ -49,20 +50,12 @@ def machine_facts() -> dict[str, str]:
     instruction set torch's kernels use, and the GPU when one trains."""
     facts = {
         "platform": platform.platform(),
-        "cpu": _cpu_model(),
+        "cpu": cpu_model(),
         "cpu_capability": torch.backends.cpu.get_cpu_capability(),
     }
     if torch.cuda.is_available():
         facts["gpu"] = torch.cuda.get_device_name()
     return facts
-
-
-def _cpu_model() -> str:
-    try:  # Linux names the model here; platform.processor() is often empty there
-        lines = Path("/proc/cpuinfo").read_text().splitlines()
-        return next(line.split(":", 1)[1].strip() for line in lines if line.startswith("model name"))
-    except (OSError, StopIteration):
-        return platform.processor() or platform.machine()
 
 
 class RunMetadata(pl.Callback):

@@ -18,6 +18,8 @@ from dataclasses import dataclass, field
 
 import torch
 
+from contract.machine import cpu_model
+
 
 @dataclass
 class Timing:
@@ -135,17 +137,6 @@ def load_average() -> tuple[float, float, float] | None:
         return os.getloadavg()
     except OSError:  # not on every platform
         return None
-
-
-def cpu_model() -> str:
-    try:
-        with open("/proc/cpuinfo") as f:
-            for line in f:
-                if line.startswith("model name"):
-                    return line.split(":", 1)[1].strip()
-    except OSError:
-        pass
-    return platform.processor() or platform.machine()
 
 
 def machine_info() -> dict:
